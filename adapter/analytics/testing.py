@@ -1,0 +1,39 @@
+"""Test support: one local SparkSession per test process, shared by every analytics test.
+
+pytest fixtures in several modules all call :func:`shared_spark`; the session is built on
+first use (``local[2]``, the pinned connector jars, modest memory) and stopped at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import tempfile
+from typing import Any
+
+__all__ = ["shared_spark"]
+
+
+@functools.cache
+def shared_spark() -> Any:
+    from adapter.analytics.session import build_spark_session
+
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pandas-on-Spark (assertions)
+    warehouse = tempfile.mkdtemp(prefix="rmq-spark-warehouse-")
+    spark = build_spark_session(
+        "rmq-kafka-analytics-tests",
+        master="local[2]",
+        conf={
+            "spark.sql.warehouse.dir": warehouse,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            # small data: fewer tasks, faster tests
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.streaming.stateStore.maintenanceInterval": "600s",
+        },
+    )
+    atexit.register(spark.stop)
+    return spark

@@ -1,0 +1,693 @@
+"""Benchmarks: every figure is a ratio against raw confluent-kafka in the same run.
+
+``rmq-kafka bench`` pre-fills topics on one broker and runs each scenario and its raw
+baseline alternately, ``--repeats`` times, reporting the median rate, the client CPU
+microseconds per message and the ratio.  Results go to stdout (a table) and a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+from confluent_kafka import Producer as RawProducer
+
+from adapter.clients.polling import consume_available
+from adapter.clients.producer import Producer
+from adapter.clients.push_consumer import PushConsumer
+from adapter.clients.topics import TopicPlan, ensure_topics
+from adapter.constants import HEADER_DUE_MS, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC
+from adapter.core import naming
+from adapter.core.delay import DelayLevels
+from adapter.core.message import Message
+from adapter.core.routing import ConsumeConcurrentlyStatus
+from adapter.services.schedule_service import DeliveryGuarantee, ScheduleService
+
+BENCH_LEVELS = "1s 2s 3s 4s 5s"
+
+
+@dataclass
+class Run:
+    rate: float  # messages per second
+    cpu_us: float  # client CPU microseconds per message
+
+
+@dataclass
+class Scenario:
+    name: str
+    ours: list[Run] = field(default_factory=list)
+    raw: list[Run] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scenario": self.name}
+        if self.ours and self.raw:
+            ours = statistics.median(r.rate for r in self.ours)
+            raw = statistics.median(r.rate for r in self.raw)
+            out.update(
+                ours_msgs_per_s=round(ours),
+                raw_msgs_per_s=round(raw),
+                ratio=round(ours / raw, 3),
+                ours_cpu_us_per_msg=round(statistics.median(r.cpu_us for r in self.ours), 2),
+                raw_cpu_us_per_msg=round(statistics.median(r.cpu_us for r in self.raw), 2),
+                runs=len(self.ours),
+            )
+        out.update(self.extra)
+        return out
+
+
+def _header(kmsg: Any, name: str) -> str:
+    for key, value in kmsg.headers() or ():
+        if key == name and value is not None:
+            return bytes(value).decode()
+    raise KeyError(name)
+
+
+def _noop_listener(msgs: list[Any]) -> None:
+    """What a raw loop hands its application: a batch."""
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+class Bench:
+    def __init__(self, bootstrap: str, messages: int, repeats: int) -> None:
+        self.config = {"bootstrap.servers": bootstrap}
+        self.n = messages
+        self.repeats = repeats
+
+    # -- helpers ---------------------------------------------------------------------------
+    def topic(self, partitions: int = 1) -> str:
+        name = f"bench-{_uid()}"
+        ensure_topics(self.config, [TopicPlan(name, name, partitions)])
+        return name
+
+    def fill(
+        self, topic: str, n: int, size: int, headers: Callable[[int], list[Any]] | None = None
+    ) -> None:
+        p = RawProducer(
+            {**self.config, "linger.ms": 20, "enable.idempotence": True, "batch.size": 1_000_000}
+        )
+        body = b"x" * size
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(topic, body, headers=headers(i) if headers else None)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10_000 == 0:
+                p.poll(0)
+        p.flush(60)
+
+    @staticmethod
+    def _measure(work: Callable[[], tuple[int, float, float]]) -> Run:
+        """``work`` returns (count, first_ts, last_ts); CPU is measured around it."""
+        cpu0 = time.process_time()
+        count, t_first, t_last = work()
+        cpu = time.process_time() - cpu0
+        return Run(count / max(t_last - t_first, 1e-9), cpu / count * 1e6)
+
+    # -- consumer --------------------------------------------------------------------------
+    def raw_consume(self, topic: str, n: int, batch: int, fail_every: int | None = None) -> Run:
+        def work() -> tuple[int, float, float]:
+            c = Consumer(
+                {
+                    **self.config,
+                    "group.id": f"raw-{_uid()}",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.offset.store": False,
+                    "enable.auto.commit": True,
+                }
+            )
+            side = (
+                RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 5})
+                if fail_every
+                else None
+            )
+            c.subscribe([topic])
+            seen, first = 0, 0.0
+            while seen < n:
+                msgs = consume_available(c, max(32, batch), 1.0)
+                if not msgs:
+                    continue
+                if not first:
+                    first = time.perf_counter()
+                for i in range(0, len(msgs), batch):
+                    chunk = [m for m in msgs[i : i + batch] if not m.error()]
+                    _noop_listener(chunk)  # the same per-batch call our consumer makes
+                    cut = None
+                    for j in range(len(chunk)):
+                        seen += 1
+                        if cut is None and fail_every is not None and seen % fail_every == 0:
+                            cut = j  # like ack_index: this one and the rest are sent back
+                    if side is not None and cut is not None:
+                        for failed in chunk[cut:]:
+                            side.produce(topic + "-retry", failed.value(), headers=failed.headers())
+                c.store_offsets(message=msgs[-1])
+                if side is not None:
+                    side.poll(0)
+            last = time.perf_counter()
+            if side is not None:
+                side.flush(30)
+            c.close()
+            return seen, first, last
+
+        if fail_every:
+            ensure_topics(self.config, [TopicPlan(topic + "-retry", topic + "-retry", 1)])
+        return self._measure(work)
+
+    def ours_consume(
+        self, topic: str, n: int, batch: int, fail_every: int | None = None, **options: Any
+    ) -> Run:
+        lock = threading.Lock()
+        state = {"seen": 0, "first": 0.0, "last": 0.0}
+        done = threading.Event()
+
+        def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+            with lock:
+                if not state["first"]:
+                    state["first"] = time.perf_counter()
+                before = state["seen"]
+                state["seen"] = before + len(msgs)
+                if state["seen"] >= n:
+                    state["last"] = time.perf_counter()
+                    done.set()
+            if fail_every:
+                for i in range(len(msgs)):
+                    if (before + i + 1) % fail_every == 0:
+                        ctx.ack_index = i - 1
+                        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        group = f"ours-{_uid()}"
+        consumer = PushConsumer(
+            {**self.config, "group.id": group, "auto.offset.reset": "earliest"},
+            consume_message_batch_max_size=batch,
+            pull_batch_size=max(32, batch),
+            delay_levels=BENCH_LEVELS,
+            namespace="bench",
+            partitions=1,
+            **options,
+        )
+        consumer.subscribe(topic)
+        consumer.register_message_listener(listener)
+
+        def work() -> tuple[int, float, float]:
+            consumer.start()
+            done.wait(600)
+            consumer.shutdown()
+            return int(state["seen"]), state["first"], state["last"]
+
+        return self._measure(work)
+
+    def consumer_scenarios(self, size: int, batches: tuple[int, ...]) -> list[Scenario]:
+        out = []
+        for batch in batches:
+            sc = Scenario(f"consume all-success batch={batch} body={size}B")
+            topic = self.topic()
+            self.fill(topic, self.n, size)
+            for _ in range(self.repeats):
+                sc.raw.append(self.raw_consume(topic, self.n, batch))
+                sc.ours.append(self.ours_consume(topic, self.n, batch))
+            out.append(sc)
+        return out
+
+    def failure_scenarios(self, rates: tuple[int, ...]) -> list[Scenario]:
+        out = []
+        for pct in rates:
+            fail_every = max(1, round(100 / pct))
+            sc = Scenario(f"consume {pct}% failing batch=32 body=100B (first delivery + send-back)")
+            topic = self.topic()
+            n = self.n // 2
+            self.fill(topic, n, 100)
+            for _ in range(self.repeats):
+                sc.raw.append(self.raw_consume(topic, n, 32, fail_every))
+                sc.ours.append(self.ours_consume(topic, n, 32, fail_every))
+            out.append(sc)
+        return out
+
+    # -- producer --------------------------------------------------------------------------
+    def producer_scenarios(self) -> list[Scenario]:
+        n = self.n
+        body = b"x" * 100
+        async_sc = Scenario("producer send_async body=100B")
+        sync_sc = Scenario("producer send (sync) body=100B")
+        sync_n = max(200, n // 100)
+        for _ in range(self.repeats):
+            topic = self.topic()
+            # the same settings the adapter's Producer uses (idempotent, linger 0)
+            raw = RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 0})
+
+            def raw_async() -> tuple[int, float, float]:
+                acked = [0]
+
+                def cb(err: Any, _: Any) -> None:
+                    if err is None:
+                        acked[0] += 1
+
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    while True:
+                        try:
+                            raw.produce(topic, body, on_delivery=cb)
+                            break
+                        except BufferError:
+                            raw.poll(0.01)
+                    raw.poll(0)
+                raw.flush(60)
+                return acked[0], t0, time.perf_counter()
+
+            async_sc.raw.append(self._measure(raw_async))
+
+            def raw_sync() -> tuple[int, float, float]:
+                t0 = time.perf_counter()
+                for _ in range(sync_n):
+                    raw.produce(topic, body)
+                    raw.flush(10)
+                return sync_n, t0, time.perf_counter()
+
+            sync_sc.raw.append(self._measure(raw_sync))
+            with Producer(self.config) as ours:
+                ours.send(Message(topic=topic, body=body))  # metadata warm-up
+
+                def ours_async() -> tuple[int, float, float]:
+                    acked = [0]
+                    finished = threading.Event()
+
+                    def cb(result: Any, exc: Any) -> None:
+                        acked[0] += 1
+                        if acked[0] >= n:
+                            finished.set()
+
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        ours.send_async(Message(topic=topic, body=body), cb)
+                    finished.wait(120)
+                    return acked[0], t0, time.perf_counter()
+
+                async_sc.ours.append(self._measure(ours_async))
+
+                def ours_sync() -> tuple[int, float, float]:
+                    t0 = time.perf_counter()
+                    for _ in range(sync_n):
+                        ours.send(Message(topic=topic, body=body))
+                    return sync_n, t0, time.perf_counter()
+
+                sync_sc.ours.append(self._measure(ours_sync))
+        return [async_sc, sync_sc]
+
+    # -- schedule service ------------------------------------------------------------------
+    def forwarding_scenarios(self) -> list[Scenario]:
+        """Due entries pre-filled on a level topic, forwarded to their real topic; the
+        baseline is a raw consume→produce pipe with offsets committed after the ack."""
+        out = []
+        levels = DelayLevels.parse(BENCH_LEVELS)
+        n = self.n // 2
+        for delivery in (DeliveryGuarantee.AT_LEAST_ONCE, DeliveryGuarantee.EXACTLY_ONCE):
+            sc = Scenario(f"ScheduleService forwarding {delivery.value.lower()}")
+            for _ in range(self.repeats):
+                ns = f"b{_uid()}"
+                real = self.topic()
+                level_topic = naming.to_kafka(naming.schedule_topic(1, levels, ns))
+                ensure_topics(self.config, [TopicPlan(level_topic, level_topic, 1)])
+                due = str(int(time.time() * 1000) - 1).encode()
+                self.fill(
+                    level_topic,
+                    n,
+                    100,
+                    lambda _i: [
+                        (PROPERTY_REAL_TOPIC, real.encode()),
+                        (PROPERTY_DELAY_TIME_LEVEL, b"1"),
+                        (HEADER_DUE_MS, due),
+                    ],
+                )
+                sc.raw.append(self._measure(partial(self._raw_pipe, level_topic, real, n)))
+                sc.ours.append(self._measure(partial(self._service_pipe, ns, real, n, delivery)))
+            out.append(sc)
+        return out
+
+    def _count_until(self, topic: str, n: int) -> float:
+        c = Consumer({**self.config, "group.id": f"cnt-{_uid()}", "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        seen = 0
+        while seen < n:
+            seen += sum(1 for m in consume_available(c, 1000, 1.0) if not m.error())
+        c.close()
+        return time.perf_counter()
+
+    def _raw_pipe(self, src: str, dst: str, n: int) -> tuple[int, float, float]:
+        c = Consumer(
+            {
+                **self.config,
+                "group.id": f"pipe-{_uid()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.offset.store": False,
+            }
+        )
+        p = RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 5})
+        c.subscribe([src])
+        acked, first = [0], 0.0
+        last_offset: list[Any] = [None]
+
+        def cb(err: Any, m: Any) -> None:
+            if err is None:
+                acked[0] += 1
+
+        moved = 0
+        while acked[0] < n:
+            msgs = consume_available(c, 500, 0.05)
+            if not msgs:
+                p.poll(0.01)  # serve acknowledgements while the source is drained
+            if msgs and not first:
+                first = time.perf_counter()
+            for m in msgs:
+                if m.error():
+                    continue
+                p.produce(dst, m.value(), key=m.key(), headers=m.headers(), on_delivery=cb)
+                moved += 1
+                last_offset[0] = m
+            p.poll(0)
+            if last_offset[0] is not None and acked[0] == moved:
+                c.store_offsets(message=last_offset[0])
+        end = time.perf_counter()
+        c.close()
+        return acked[0], first, end
+
+    def _service_pipe(
+        self, ns: str, real: str, n: int, delivery: DeliveryGuarantee
+    ) -> tuple[int, float, float]:
+        svc = ScheduleService(
+            self.config, delay_levels=BENCH_LEVELS, namespace=ns, partitions=1, delivery=delivery
+        )
+        start = time.perf_counter()
+        svc.start()
+        while svc.stats.forwarded == 0:
+            time.sleep(0.001)
+        first = time.perf_counter()
+        end = self._count_until(real, n)
+        svc.shutdown()
+        del start
+        return n, first, end
+
+    def lateness_scenario(
+        self,
+        delivery: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE,
+        seconds: float = 10.0,
+        rate: int = 2000,
+    ) -> Scenario:
+        """Scheduled messages at a steady rate on level 1 (1 s): lateness at the consumer."""
+        sc = Scenario(
+            f"scheduled-message lateness level 1s at {rate}/s for {seconds:.0f}s "
+            f"({delivery.value.lower()})"
+        )
+        ns = f"lat{_uid()}"
+        real = self.topic()
+        svc = ScheduleService(
+            self.config, delay_levels=BENCH_LEVELS, namespace=ns, partitions=1, delivery=delivery
+        )
+        svc.start()
+        c = Consumer(
+            {
+                **self.config,
+                "group.id": f"lat-{_uid()}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        c.subscribe([real])
+        lateness: list[float] = []
+        early = 0
+        total = int(seconds * rate)
+        stop = threading.Event()
+
+        def read() -> None:
+            nonlocal early
+            while not stop.is_set():
+                for m in consume_available(c, 500, 0.2):
+                    if m.error():
+                        continue
+                    now = time.time() * 1000
+                    due = int(_header(m, HEADER_DUE_MS))
+                    lateness.append(now - due)
+                    if now < due:
+                        early += 1
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        with Producer(self.config, delay_levels=BENCH_LEVELS, namespace=ns) as p:
+            t0 = time.perf_counter()
+            for i in range(total):
+                p.send_async(
+                    Message(topic=real, body=b"x" * 100, delay_time_level=1), lambda r, e: None
+                )
+                target = t0 + (i + 1) / rate
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+        deadline = time.time() + 30
+        while len(lateness) < total and time.time() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        reader.join(5)
+        c.close()
+        svc.shutdown()
+        lat = sorted(lateness)
+
+        def pct(q: float) -> float:
+            return (
+                round(lat[min(len(lat) - 1, int(q / 100 * len(lat)))], 1) if lat else float("nan")
+            )
+
+        sc.extra = {
+            "sent": total,
+            "received": len(lat),
+            "early": early,
+            "lateness_ms_p50": pct(50),
+            "lateness_ms_p99": pct(99),
+            "lateness_ms_p99.9": pct(99.9),
+            "lateness_ms_max": round(lat[-1], 1) if lat else None,
+        }
+        return sc
+
+    # -- memory ----------------------------------------------------------------------------
+    def rss_scenario(self, backlog: int) -> Scenario:
+        """Peak RSS of a consumer process with a slow listener over a large backlog."""
+        sc = Scenario(f"peak RSS, {backlog} x 100B backlog, slow listener (2 ms/msg), 20 s")
+        topic = self.topic()
+        self.fill(topic, backlog, 100)
+        for mode in ("ours", "raw"):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "adapter.bench",
+                    "--rss-child",
+                    mode,
+                    self.config["bootstrap.servers"],
+                    topic,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+            try:
+                child = json.loads(proc.stdout.strip().splitlines()[-1])
+                sc.extra[f"{mode}_peak_rss_mib"] = child["peak_rss_mib"]
+                sc.extra[f"{mode}_consumed"] = child["consumed"]
+            except (IndexError, ValueError, KeyError):
+                sc.extra[f"{mode}_error"] = proc.stderr[-500:]
+        return sc
+
+
+def _rss_child(mode: str, bootstrap: str, topic: str) -> None:
+    config = {"bootstrap.servers": bootstrap}
+    consumed = [0]
+    deadline = time.time() + 20
+    if mode == "ours":
+
+        def slow(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+            time.sleep(0.002 * len(msgs))
+            consumed[0] += len(msgs)
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        c = PushConsumer(
+            {**config, "group.id": f"rss-{_uid()}", "auto.offset.reset": "earliest"},
+            delay_levels=BENCH_LEVELS,
+            namespace="bench",
+            partitions=1,
+        )
+        c.subscribe(topic)
+        c.register_message_listener(slow)
+        c.start()
+        while time.time() < deadline:
+            time.sleep(0.2)
+        c.shutdown(timeout=30)
+    else:
+        rc = Consumer(
+            {
+                **config,
+                "group.id": f"rss-{_uid()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.offset.store": False,
+            }
+        )
+        rc.subscribe([topic])
+        while time.time() < deadline:
+            for m in consume_available(rc, 32, 0.5):
+                time.sleep(0.002)
+                rc.store_offsets(message=m)
+                consumed[0] += 1
+        rc.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_rss_mib": round(peak, 1), "consumed": consumed[0]}))
+
+
+ALL = (
+    "consumer",
+    "consumer-1k",
+    "failures",
+    "producer",
+    "forwarding",
+    "lateness",
+    "rss",
+    "trace",
+    "analytics",
+)
+
+
+def pyspark_missing() -> str | None:
+    """Why the Spark analytics row cannot run here (``None``: it can)."""
+    from adapter.analytics.jars import AnalyticsError, check_pyspark
+
+    try:
+        check_pyspark()
+    except AnalyticsError as exc:
+        return str(exc)
+    return None
+
+
+def analytics_scenarios(bench: Bench, *, spark: Any = None) -> list[Scenario]:
+    """The Spark analytics row (needs pyspark): streaming job vs plain Kafka-source count."""
+    from adapter.analytics.bench import spark_scenario
+
+    return [spark_scenario(bench, bench.n, spark=spark)]
+
+
+def trace_scenarios(bench: Bench) -> list[Scenario]:
+    """The trace-emission row: the consumer with and without ``trace_topic``."""
+    from adapter.analytics.bench import trace_overhead_scenario
+
+    return [trace_overhead_scenario(bench)]
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    broker = None
+    if not bootstrap:
+        from adapter.embedded import EmbeddedKafka
+
+        broker = EmbeddedKafka("bench", heap="1g")
+        bootstrap = broker.start(fresh=True)
+    try:
+        bench = Bench(bootstrap, args.messages, args.repeats)
+        only = set(args.only or ALL)
+        if "analytics" in only and getattr(args, "no_spark", False):
+            only.discard("analytics")
+            print("== analytics: skipped (--no-spark)", flush=True)
+        elif "analytics" in only and (why := pyspark_missing()):
+            only.discard("analytics")
+            print(
+                f"== analytics: skipped, {why}\n   (./run.sh setup installs the spark extra; "
+                "pass --no-spark to skip the Spark analytics row without this message)",
+                flush=True,
+            )
+        results: list[Scenario] = []
+        steps: list[tuple[str, Callable[[], list[Scenario]]]] = [
+            ("consumer", lambda: bench.consumer_scenarios(100, (1, 32))),
+            ("consumer-1k", lambda: bench.consumer_scenarios(1000, (32,))),
+            ("failures", lambda: bench.failure_scenarios((1, 10, 100))),
+            ("producer", bench.producer_scenarios),
+            ("forwarding", bench.forwarding_scenarios),
+            ("lateness", lambda: [bench.lateness_scenario(d) for d in DeliveryGuarantee]),
+            ("rss", lambda: [bench.rss_scenario(1_000_000)]),
+            ("trace", lambda: trace_scenarios(bench)),
+            ("analytics", lambda: analytics_scenarios(bench)),
+        ]
+        for name, step in steps:
+            if name in only:
+                print(f"== {name}", flush=True)
+                for sc in step():
+                    results.append(sc)
+                    print(json.dumps(sc.summary()), flush=True)
+        table = [sc.summary() for sc in results]
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(
+                {
+                    "messages": args.messages,
+                    "repeats": args.repeats,
+                    "results": table,
+                    "runs": [asdict(sc) for sc in results],
+                },
+                indent=2,
+            )
+        )
+        print()
+        print(render_table(table))
+        print(f"\nJSON: {path}")
+        return 0
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| scenario | ours msg/s | raw msg/s | ratio | ours µs CPU/msg | raw µs CPU/msg | other |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        other = {
+            k: v
+            for k, v in r.items()
+            if k
+            not in {
+                "scenario",
+                "ours_msgs_per_s",
+                "raw_msgs_per_s",
+                "ratio",
+                "ours_cpu_us_per_msg",
+                "raw_cpu_us_per_msg",
+                "runs",
+            }
+        }
+        lines.append(
+            f"| {r['scenario']} | {r.get('ours_msgs_per_s', '')} | {r.get('raw_msgs_per_s', '')} | "
+            f"{r.get('ratio', '')} | {r.get('ours_cpu_us_per_msg', '')} | "
+            f"{r.get('raw_cpu_us_per_msg', '')} | "
+            f"{', '.join(f'{k}={v}' for k, v in other.items())} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--rss-child":
+        _rss_child(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -1,0 +1,1 @@
+"""Thin I/O around the pure core: Kafka clients, created lazily."""

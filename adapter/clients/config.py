@@ -1,0 +1,178 @@
+"""Kafka config dicts and adapter options: validated key by key, unknown keys rejected.
+
+The user's confluent-kafka config dict passes through.  Every client the adapter creates
+(consumer, producer, admin, the services' internal clients, Spark) is derived from the same
+dict, so the connection and security settings (``security.protocol``, ``sasl.*``,
+``ssl.*``) reach all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, fields
+from typing import Any, TypeVar
+
+from adapter.errors import ConfigError
+
+log = logging.getLogger("adapter")
+
+#: Keys that carry where the cluster is and who we are; copied into every derived client.
+CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "enable.ssl.")
+CONNECTION_KEYS = frozenset(
+    {
+        "bootstrap.servers",
+        "client.id",
+        "client.rack",
+        "socket.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "broker.address.family",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "oauthbearer_token_refresh_cb",
+        "error_cb",
+        "logger",
+        "log_level",
+        "debug",
+    }
+)
+#: Keys that only make sense on a consumer; dropped when deriving a producer or admin.
+CONSUMER_ONLY_PREFIXES = (
+    "group.",
+    "auto.",
+    "enable.auto.",
+    "session.",
+    "heartbeat.",
+    "max.poll.",
+    "partition.assignment.",
+    "fetch.",
+    "queued.",
+    "isolation.",
+    "check.crcs",
+    "enable.partition.eof",
+    "on_commit",
+    "consume.callback.max.messages",
+    "coordinator.",
+)
+
+#: Keys that only make sense on a producer; dropped when deriving an admin client.
+PRODUCER_ONLY_PREFIXES = (
+    "enable.idempotence",
+    "transactional.",
+    "transaction.",
+    "queue.buffering.",
+    "batch.",
+    "linger.",
+    "message.timeout.",
+    "delivery.",
+    "compression.",
+    "acks",
+    "request.required.acks",
+    "retries",
+    "retry.backoff",
+    "max.in.flight",
+    "sticky.partitioning",
+    "partitioner",
+    "dr_",
+    "on_delivery",
+)
+PRODUCER_ONLY_KEYS = frozenset({"queue.buffering.max.messages", "enable.gapless.guarantee"})
+
+_VALUE_TYPES = (str, int, float, bool)
+
+
+def check_kafka_config(config: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """A copy of ``config`` after checking its shape (librdkafka checks the names)."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{owner} config", config, "must be a dict of confluent-kafka settings")
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"{owner} config key", key, "keys must be non-empty strings")
+        if not (
+            isinstance(value, _VALUE_TYPES) or callable(value) or isinstance(value, logging.Logger)
+        ):
+            raise ConfigError(key, value, "must be a str, int, float, bool or a callback")
+        out[key] = value
+    if not out.get("bootstrap.servers"):
+        raise ConfigError("bootstrap.servers", out.get("bootstrap.servers"), "is required")
+    return out
+
+
+def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the cluster is and how to authenticate: the part every client shares."""
+    return {
+        k: v for k, v in config.items() if k in CONNECTION_KEYS or k.startswith(CONNECTION_PREFIXES)
+    }
+
+
+def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """An admin-client config: every key but the consumer- and producer-only ones, so that
+    librdkafka still rejects unknown names (and security settings pass through)."""
+    return {
+        k: v
+        for k, v in producer_config(config).items()
+        if k in CONNECTION_KEYS or k.startswith(CONNECTION_PREFIXES) or not _is_producer_only(k)
+    }
+
+
+def _is_producer_only(key: str) -> bool:
+    return key.startswith(PRODUCER_ONLY_PREFIXES) or key in PRODUCER_ONLY_KEYS
+
+
+def producer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A producer config derived from any client config (consumer-only keys dropped)."""
+    return {
+        k: v
+        for k, v in config.items()
+        if not k.startswith(CONSUMER_ONLY_PREFIXES) and k not in ("group.id", "group.instance.id")
+    }
+
+
+def require_setting(config: dict[str, Any], key: str, value: Any, why: str) -> None:
+    """Set ``key`` to ``value``; a user value that differs is an error naming both."""
+    current = config.get(key, value)
+    if _normalise(current) != _normalise(value):
+        raise ConfigError(key, current, f"the adapter needs {value!r} here: {why}")
+    config[key] = value
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+T = TypeVar("T")
+
+
+def build_options(cls: Callable[..., T], options: Mapping[str, Any], owner: str) -> T:
+    """Create an options dataclass from keyword options, rejecting unknown names."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    for name in options:
+        if name not in known:
+            hint = difflib.get_close_matches(name, sorted(known), n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(name, options[name], f"unknown {owner} option{extra}")
+    return cls(**options)
+
+
+def option_defaults(cls: Any) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, value, "must be an int")
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, value, f"must be >= {minimum}")
+    return value
+
+
+def check_seconds(name: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, value, "must be a number of seconds")
+    if positive and value <= 0:
+        raise ConfigError(name, value, "must be > 0")
+    return float(value)

@@ -1,0 +1,164 @@
+"""confluent-kafka errors → the adapter's error hierarchy (originals kept)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from adapter.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    ConfigError,
+    KafkaClientError,
+    MessageTooLargeError,
+    PossiblyPersistedError,
+    SendError,
+    UnknownTopicError,
+)
+
+_AUTH = {
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+AUTH_CODES = frozenset(_AUTH)
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+_UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+#: The send may have reached the log: report it, never resend it blindly.
+_POSSIBLY_PERSISTED = {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError._PURGE_INFLIGHT,
+}
+#: Flow control: back off exponentially, then resend.
+FLOW_CONTROL = {KafkaError._QUEUE_FULL, KafkaError.THROTTLING_QUOTA_EXCEEDED}
+_PROPERTY = re.compile(r'property "?([A-Za-z0-9._]+)"?')
+
+
+#: The record itself is refused: resending it can never succeed.
+_PERMANENT = (
+    _TOO_LARGE
+    | _UNKNOWN_TOPIC
+    | {
+        KafkaError.INVALID_RECORD,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+def is_permanent(err: Any) -> bool:
+    return isinstance(err, KafkaError) and err.code() in _PERMANENT
+
+
+def is_too_large(err: Any) -> bool:
+    """The record is bigger than the broker or topic (or this client) accepts."""
+    return isinstance(err, KafkaError) and (
+        err.code() in _TOO_LARGE or err.code() == KafkaError.RECORD_LIST_TOO_LARGE
+    )
+
+
+def is_flow_control(err: Any) -> bool:
+    return err is not None and err.code() in FLOW_CONTROL
+
+
+def is_possibly_persisted(err: Any) -> bool:
+    return err is not None and err.code() in _POSSIBLY_PERSISTED
+
+
+def send_error(err: Any, raw_message: Any = None, *, topic: str | None = None) -> SendError:
+    """The adapter error for a failed delivery report."""
+    code = err.code()
+    where = f" (topic {topic!r})" if topic else ""
+    text = f"{err.str()}{where}"
+    cls: type[SendError]
+    if code in _POSSIBLY_PERSISTED:
+        cls = PossiblyPersistedError
+        text = f"possibly persisted, not resent: {text}"
+    elif code in _TOO_LARGE:
+        cls = MessageTooLargeError
+        size = len(raw_message.value() or b"") if raw_message is not None else None
+        text = f"message too large for the broker (value {size} bytes): {text}"
+    elif code in _UNKNOWN_TOPIC:
+        cls = UnknownTopicError
+    else:
+        cls = SendError
+    return cls(text, kafka_error=err, raw_message=raw_message)
+
+
+def client_error(exc: BaseException, *, what: str) -> Exception:
+    """The adapter error for a ``KafkaException`` raised by a client call."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return KafkaClientError(f"{what}: {exc}")
+    err = exc.args[0]
+    if not isinstance(err, KafkaError):
+        return KafkaClientError(f"{what}: {exc}")
+    code = err.code()
+    text = f"{what}: {err.str()}"
+    if code == KafkaError._INVALID_ARG:
+        match = _PROPERTY.search(err.str())
+        return ConfigError(match.group(1) if match else "config", None, err.str())
+    if code in _AUTH:
+        return AuthenticationError(text, kafka_error=err)
+    if code in _UNREACHABLE:
+        return BrokerUnavailableError(text, kafka_error=err)
+    if code in _UNKNOWN_TOPIC:
+        return UnknownTopicError(text, kafka_error=err)
+    return KafkaClientError(text, kafka_error=err)
+
+
+def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
+    """Create a confluent-kafka client, turning a bad config into a ConfigError naming the key."""
+    try:
+        return factory(config)
+    except KafkaException as exc:
+        raise client_error(exc, what=what) from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("config", None, f"{what}: {exc}") from exc
+
+
+class FatalErrorWatch:
+    """An ``error_cb`` that remembers authentication / unreachable errors for fail-fast."""
+
+    def __init__(self, user_cb: Any = None, clock: Any = time.monotonic) -> None:
+        self.user_cb = user_cb
+        self.last: Exception | None = None
+        self._last_at = 0.0
+        self._clock = clock
+
+    def current(self, max_age_s: float = 10.0) -> Exception | None:
+        """The last error if it still stands: fatal errors always, others (authentication,
+        unreachable brokers) only while librdkafka keeps reporting them (recent)."""
+        last = self.last
+        if last is None:
+            return None
+        err = getattr(last, "kafka_error", None)
+        if err is not None and err.fatal():
+            return last
+        return last if self._clock() - self._last_at <= max_age_s else None
+
+    def __call__(self, err: Any) -> None:
+        code = err.code()
+        self._last_at = self._clock()
+        if code in _AUTH:
+            self.last = AuthenticationError(
+                f"authentication/authorization failed: {err.str()}", kafka_error=err
+            )
+        elif err.fatal():
+            self.last = KafkaClientError(f"fatal client error: {err.str()}", kafka_error=err)
+        elif code in (KafkaError._ALL_BROKERS_DOWN,):
+            self.last = BrokerUnavailableError(f"no broker reachable: {err.str()}", kafka_error=err)
+        if self.user_cb is not None:
+            self.user_cb(err)

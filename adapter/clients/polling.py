@@ -1,0 +1,67 @@
+"""Fetching batches without waiting for them to fill."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from adapter.core.offsets import PartitionTracker
+
+
+def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
+    """Up to ``max_messages`` records: whatever is ready now, else wait (≤ ``timeout``) for
+    the first and take what is ready with it.
+
+    ``Consumer.consume(n, timeout)`` alone waits the whole timeout for ``n`` records,
+    which adds up to ``timeout`` of latency whenever traffic is light.
+    """
+    msgs: list[Any] = consumer.consume(max_messages, 0)
+    if msgs:
+        return msgs
+    msgs = consumer.consume(1, timeout)
+    if msgs and max_messages > 1:
+        msgs.extend(consumer.consume(max_messages - 1, 0))
+    return msgs
+
+
+def is_cooperative(config: dict[str, Any]) -> bool:
+    """Whether a consumer config uses the cooperative (incremental) rebalance protocol."""
+    return "cooperative" in str(config.get("partition.assignment.strategy", ""))
+
+
+def apply_assignment(consumer: Any, partitions: list[Any], cooperative: bool) -> None:
+    """Take ``partitions`` inside an ``on_assign`` callback, for either rebalance protocol."""
+    if cooperative:
+        consumer.incremental_assign(partitions)
+    else:
+        consumer.assign(partitions)
+    if partitions:
+        consumer.resume(partitions)  # a partition never inherits a pause
+
+
+def release_assignment(consumer: Any, partitions: list[Any], cooperative: bool) -> None:
+    """Give ``partitions`` up inside an ``on_revoke``/``on_lost`` callback."""
+    if cooperative:
+        consumer.incremental_unassign(partitions)
+    else:
+        consumer.unassign()
+
+
+def commit_positions(
+    trackers: Mapping[tuple[str, int], PartitionTracker],
+    tps: Iterable[tuple[str, int]],
+    *,
+    force: bool = False,
+) -> list[Any]:
+    """The offsets to commit for ``tps``: only those that moved (``force``: all known)."""
+    out = []
+    for tp in tps:
+        tracker = trackers.get(tp)
+        if tracker is None:
+            continue
+        offset = tracker.committable() if force else tracker.take_commit()
+        if offset is not None:
+            out.append(TopicPartition(tp[0], tp[1], offset))
+    return out

@@ -1,0 +1,148 @@
+"""Topic provisioning: a group's retry and DLQ topics and the delay-level topics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from adapter.clients.config import admin_config, check_kafka_config
+from adapter.clients.kafka_errors import client_error, make_client
+from adapter.core import naming
+from adapter.core.delay import DelayLevels
+from adapter.errors import ConfigError, KafkaClientError
+
+log = logging.getLogger("adapter.topics")
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    """One topic to ensure: its logical and Kafka names, partitions and configs."""
+
+    logical: str
+    kafka_topic: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def plan_topics(
+    *,
+    groups: Iterable[str] = (),
+    delay_levels: DelayLevels = DelayLevels.DEFAULT,
+    namespace: str | None = None,
+    partitions: int = 3,
+    include_schedule: bool = True,
+) -> list[TopicPlan]:
+    """What ``topics ensure`` creates.  Retention stays well above the longest delay."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ConfigError("partitions", partitions, "must be an int >= 1")
+    longest = max(delay_levels.delays_ms)
+    schedule_retention = str(max(7 * DAY_MS, 4 * longest))
+    plans: list[TopicPlan] = []
+    if include_schedule:
+        for level in delay_levels.levels():
+            logical = naming.schedule_topic(level, delay_levels, namespace)
+            plans.append(
+                TopicPlan(
+                    logical,
+                    naming.to_kafka(logical),
+                    partitions,
+                    {"retention.ms": schedule_retention, "cleanup.policy": "delete"},
+                )
+            )
+    for group in groups:
+        retry = naming.retry_topic(group)
+        dlq = naming.dlq_topic(group)
+        plans.append(
+            TopicPlan(retry, naming.to_kafka(retry), partitions, {"retention.ms": str(7 * DAY_MS)})
+        )
+        plans.append(
+            TopicPlan(dlq, naming.to_kafka(dlq), partitions, {"retention.ms": str(30 * DAY_MS)})
+        )
+    return plans
+
+
+def ensure_topics(
+    config: Mapping[str, Any],
+    plans: Iterable[TopicPlan],
+    *,
+    replication_factor: int | None = None,
+    timeout_s: float = 30.0,
+) -> dict[str, bool]:
+    """Create the planned topics that do not exist; ``{logical: created}``.  Idempotent."""
+    admin = make_client(
+        AdminClient, admin_config(check_kafka_config(config, "admin")), what="admin client"
+    )
+    plans = list(plans)
+    if not plans:
+        return {}
+    new = [
+        NewTopic(
+            p.kafka_topic,
+            num_partitions=p.partitions,
+            replication_factor=-1 if replication_factor is None else replication_factor,
+            config=p.config,
+        )
+        for p in plans
+    ]
+    futures = admin.create_topics(new, request_timeout=timeout_s, operation_timeout=timeout_s)
+    result: dict[str, bool] = {}
+    for plan in plans:
+        try:
+            futures[plan.kafka_topic].result(timeout=timeout_s + 5)
+            result[plan.logical] = True
+            log.info("created topic %s (%s)", plan.logical, plan.kafka_topic)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                result[plan.logical] = False
+                continue
+            raise client_error(exc, what=f"creating topic {plan.logical}") from exc
+    _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
+    return result
+
+
+def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> None:
+    """Poll metadata until every topic has its partitions and leaders (no fixed sleeps)."""
+    missing = set(kafka_topics)
+    deadline = time.monotonic() + timeout_s
+    while missing:
+        md = admin.list_topics(timeout=timeout_s)
+        for name in list(missing):
+            tmd = md.topics.get(name)
+            if (
+                tmd is not None
+                and tmd.error is None
+                and tmd.partitions
+                and all(p.leader >= 0 for p in tmd.partitions.values())
+            ):
+                missing.discard(name)
+        if missing and time.monotonic() > deadline:
+            raise KafkaClientError(f"topics not visible after {timeout_s}s: {sorted(missing)}")
+        if missing:
+            admin.poll(0.05)
+
+
+def ensure_group_topics(
+    config: Mapping[str, Any],
+    group: str,
+    *,
+    delay_levels: DelayLevels = DelayLevels.DEFAULT,
+    namespace: str | None = None,
+    partitions: int = 3,
+) -> dict[str, bool]:
+    """The group's ``%RETRY%`` and ``%DLQ%`` topics plus every delay-level topic."""
+    return ensure_topics(
+        config,
+        plan_topics(
+            groups=[group], delay_levels=delay_levels, namespace=namespace, partitions=partitions
+        ),
+    )

@@ -1,0 +1,384 @@
+"""Kafka record ↔ RocketMQ message, and the headers written on every hop.  Pure.
+
+Decoding rules for headers that are malformed (each leaves a note in
+``MessageExt.header_errors`` and never raises):
+
+* duplicate keys: the last value wins (Kafka's ``lastHeader``); a send-back writes one;
+* a null value is read as absent;
+* bytes that are not UTF-8 are shown with U+FFFD in ``properties`` but kept byte-exact
+  in ``raw_headers``, and re-emitted unchanged on every hop;
+* ``RECONSUME_TIME`` that is not a whole number ≥ 0 is read as 0 (the next hop rewrites it);
+* ``MAX_RECONSUME_TIMES`` that is not a whole number ≥ -1 is ignored (group maximum);
+* no ``UNIQ_KEY`` (plain Kafka producers): the message id is ``<topic>:<partition>:<offset>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from adapter.constants import (
+    FAILURE_MESSAGE_MAX_CHARS,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TIME_MS,
+    HEADER_DUE_MS,
+    HEADER_FAILURE_MESSAGE,
+    HEADER_FAILURE_TYPE,
+    HEADER_GROUP,
+    HEADER_MALFORMED,
+    HEADER_ORIGIN_BORN_MS,
+    HEADER_ORIGIN_OFFSET,
+    HEADER_ORIGIN_PARTITION,
+    KAFKA_DLQ_PREFIX,
+    KAFKA_RETRY_PREFIX,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    SYSTEM_HEADERS,
+)
+from adapter.core.message import Message, MessageExt, RawHeader
+from adapter.core.naming import dlq_topic, from_kafka, is_retry_topic, retry_topic, to_kafka
+from adapter.errors import TopicNameError
+
+_LOGICAL_CACHE: dict[str, str] = {}
+
+
+def logical_topic(kafka_topic: str, group_hint: str | None = None) -> str:
+    """The logical name of a Kafka topic (cached); a name that cannot be reversed here
+    (a digest-shortened retry/DLQ name from another process) is recovered from the
+    ``RMQ_GROUP`` header when given, else left as the Kafka name."""
+    cached = _LOGICAL_CACHE.get(kafka_topic)
+    if cached is not None:
+        return cached
+    try:
+        logical = from_kafka(kafka_topic)
+    except TopicNameError:
+        if group_hint:
+            for kafka_prefix, logical_of in (
+                (KAFKA_RETRY_PREFIX, retry_topic),
+                (KAFKA_DLQ_PREFIX, dlq_topic),
+            ):
+                if (
+                    kafka_topic.startswith(kafka_prefix)
+                    and to_kafka(logical_of(group_hint)) == kafka_topic
+                ):
+                    return logical_of(group_hint)
+        return kafka_topic
+    if len(_LOGICAL_CACHE) < 65_536:
+        _LOGICAL_CACHE[kafka_topic] = logical
+    return logical
+
+
+def derived_message_id(kafka_topic: str, partition: int, offset: int) -> str:
+    """Message id of a record without ``UNIQ_KEY``: ``<topic>:<partition>:<offset>``."""
+    return f"{kafka_topic}:{partition}:{offset}"
+
+
+def _text(value: bytes | None) -> tuple[str | None, bool]:
+    """Decode a header value; the flag tells whether it was valid UTF-8."""
+    if value is None:
+        return None, True
+    try:
+        return value.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "replace"), False
+
+
+#: More digits than any count, partition or epoch-ms time can have (int64 has 19): such a
+#: header is malformed, and ``int()`` refuses strings above 4300 digits with a ValueError.
+_MAX_DIGITS = 19
+
+
+def parse_non_negative(text: str | None) -> int | None:
+    """A whole number >= 0 written in ASCII digits (at most 19), else ``None``."""
+    if text is None:
+        return None
+    stripped = text.strip()
+    if not stripped.isdigit() or not stripped.isascii() or len(stripped) > _MAX_DIGITS:
+        return None
+    return int(stripped)
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderView:
+    """Headers read once: last value per key, as text, plus notes about malformed ones."""
+
+    raw: tuple[RawHeader, ...]
+    text: dict[str, str]
+    errors: tuple[str, ...]
+
+    @classmethod
+    def read(cls, headers: Iterable[tuple[str, bytes | None]] | None) -> HeaderView:
+        if not headers:
+            return _EMPTY_VIEW
+        raw = headers if isinstance(headers, tuple) else tuple(headers)
+        text: dict[str, str] = {}
+        errors: list[str] | None = None
+        for key, value in raw:
+            if key in text:
+                errors = errors or []
+                errors.append(f"duplicate header {key}: last value wins")
+            if value is None:
+                text.pop(key, None)
+                continue
+            try:
+                text[key] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                text[key] = value.decode("utf-8", "replace")
+                errors = errors or []
+                errors.append(f"header {key} is not UTF-8: shown with U+FFFD, kept byte-exact")
+        return cls(raw, text, tuple(errors) if errors else ())
+
+    def last_raw(self) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        for key, value in self.raw:
+            out.pop(key, None)  # keep the position of the last occurrence
+            out[key] = value
+        return out
+
+
+_EMPTY_VIEW = HeaderView((), {}, ())
+
+
+def decode_record(
+    *,
+    kafka_topic: str,
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    key: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    timestamp_ms: int | None,
+    log_append_time: bool = False,
+) -> MessageExt:
+    """Turn the fields of one Kafka record into a :class:`MessageExt`.  Never raises on headers."""
+    if not headers:  # a plain Kafka record: nothing to parse (the consumer's hot path)
+        logical = _LOGICAL_CACHE.get(kafka_topic) or logical_topic(kafka_topic)
+        if not is_retry_topic(logical):
+            return MessageExt(
+                topic=logical,
+                body=b"" if value is None else value,
+                msg_id=f"{kafka_topic}:{partition}:{offset}",
+                queue_id=partition,
+                queue_offset=offset,
+                kafka_topic=kafka_topic,
+                sharding_key=key,
+                born_timestamp=None if log_append_time else timestamp_ms,
+                store_timestamp=timestamp_ms,
+            )
+    view = HeaderView.read(headers)
+    props = view.text if view is not _EMPTY_VIEW else {}  # never share the empty dict
+    errors = list(view.errors)
+
+    msg_id = props.get(PROPERTY_UNIQ_KEY) or derived_message_id(kafka_topic, partition, offset)
+
+    reconsume_raw = props.get(PROPERTY_RECONSUME_TIME)
+    reconsume_times = parse_non_negative(reconsume_raw)
+    if reconsume_times is None:
+        if reconsume_raw is not None:
+            errors.append(f"{PROPERTY_RECONSUME_TIME}={reconsume_raw!r} is not a count: read as 0")
+        reconsume_times = 0
+
+    max_raw = props.get(PROPERTY_MAX_RECONSUME_TIMES)
+    if max_raw is not None:
+        try:
+            if int(max_raw) < -1:
+                raise ValueError
+        except ValueError:
+            errors.append(
+                f"{PROPERTY_MAX_RECONSUME_TIMES}={max_raw!r} is not valid: group maximum used"
+            )
+
+    logical = logical_topic(kafka_topic, props.get(HEADER_GROUP))
+    topic = logical
+    if is_retry_topic(logical):  # resetRetryTopic
+        original = props.get(PROPERTY_RETRY_TOPIC)
+        if original:
+            topic = original
+        else:
+            errors.append(
+                f"{PROPERTY_RETRY_TOPIC} missing on a retry record: topic left as {logical}"
+            )
+
+    return MessageExt(
+        topic=topic,
+        body=b"" if value is None else value,
+        msg_id=msg_id,
+        queue_id=partition,
+        queue_offset=offset,
+        kafka_topic=kafka_topic,
+        tags=props.get(PROPERTY_TAGS),
+        keys=props.get(PROPERTY_KEYS),
+        properties=props,
+        raw_headers=view.raw,
+        sharding_key=key,
+        reconsume_times=reconsume_times,
+        born_timestamp=None if log_append_time else timestamp_ms,
+        store_timestamp=timestamp_ms,
+        header_errors=tuple(errors),
+    )
+
+
+def _put(out: dict[str, bytes | None], key: str, value: str | int | None) -> None:
+    if value is None:
+        out.pop(key, None)
+    else:
+        out[key] = str(value).encode("utf-8")
+
+
+def _finish(out: Mapping[str, bytes | None]) -> list[tuple[str, bytes | None]]:
+    return list(out.items())
+
+
+def user_headers(raw: Sequence[RawHeader]) -> dict[str, bytes | None]:
+    """The headers of a message minus the per-hop system ones, one value per key."""
+    out: dict[str, bytes | None] = {}
+    for key, value in raw:
+        if key in SYSTEM_HEADERS:
+            continue
+        out.pop(key, None)
+        out[key] = value
+    return out
+
+
+def encode_message_headers(msg: Message, msg_id: str) -> list[tuple[str, bytes | None]]:
+    """Headers of a freshly sent message: its properties, ``KEYS``, ``TAGS``, ``UNIQ_KEY``."""
+    out: dict[str, bytes | None] = {}
+    for name, value in msg.properties.items():
+        if name in SYSTEM_HEADERS:
+            continue
+        _put(out, name, value)
+    _put(out, PROPERTY_TAGS, msg.tags)
+    _put(out, PROPERTY_KEYS, msg.keys_text)
+    _put(out, PROPERTY_UNIQ_KEY, msg_id)
+    return _finish(out)
+
+
+def schedule_headers(
+    base: Mapping[str, bytes | None],
+    *,
+    real_topic: str,
+    real_queue_id: int | None,
+    level: int,
+    due_ms: int,
+    deliver_time_ms: int | None = None,
+) -> list[tuple[str, bytes | None]]:
+    """Add what a delay-topic entry needs: ``REAL_TOPIC``, ``REAL_QID``, ``DELAY``, due time."""
+    out = dict(base)
+    _put(out, PROPERTY_REAL_TOPIC, real_topic)
+    _put(out, PROPERTY_REAL_QUEUE_ID, real_queue_id)
+    _put(out, PROPERTY_DELAY_TIME_LEVEL, level)
+    _put(out, HEADER_DUE_MS, due_ms)
+    _put(out, PROPERTY_TIMER_DELIVER_MS, deliver_time_ms)
+    return _finish(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why the last consumption failed: exception type (or status) and a message."""
+
+    type: str
+    message: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failure:
+        return cls(type(exc).__qualname__, str(exc))
+
+    def truncated(self) -> str:
+        text = self.message
+        if len(text) > FAILURE_MESSAGE_MAX_CHARS:
+            return text[: FAILURE_MESSAGE_MAX_CHARS - 1] + "…"
+        return text
+
+
+def _hop_headers(msg: MessageExt, group: str, failure: Failure | None) -> dict[str, bytes | None]:
+    """Headers common to a retry and a DLQ hop: user headers plus the lineage."""
+    out = user_headers(msg.raw_headers)
+    _put(out, PROPERTY_UNIQ_KEY, msg.msg_id)
+    _put(out, PROPERTY_ORIGIN_MESSAGE_ID, msg.origin_message_id)
+    _put(out, PROPERTY_RETRY_TOPIC, msg.topic)
+    _put(out, PROPERTY_RECONSUME_TIME, msg.reconsume_times + 1)
+    _put(out, HEADER_GROUP, group)
+    _put(out, HEADER_ORIGIN_PARTITION, msg.queue_id)
+    _put(out, HEADER_ORIGIN_OFFSET, msg.queue_offset)
+    if HEADER_ORIGIN_BORN_MS not in out and msg.born_timestamp is not None:
+        _put(out, HEADER_ORIGIN_BORN_MS, msg.born_timestamp)
+    if failure is not None:
+        _put(out, HEADER_FAILURE_TYPE, failure.type)
+        _put(out, HEADER_FAILURE_MESSAGE, failure.truncated())
+    if msg.header_errors:
+        _put(out, HEADER_MALFORMED, "; ".join(msg.header_errors)[:FAILURE_MESSAGE_MAX_CHARS])
+    return out
+
+
+def retry_headers(
+    msg: MessageExt,
+    *,
+    group: str,
+    retry_topic: str,
+    level: int,
+    due_ms: int,
+    failure: Failure | None,
+) -> list[tuple[str, bytes | None]]:
+    """A send-back to the delay topic of ``level``, bound for the group's retry topic."""
+    return schedule_headers(
+        _hop_headers(msg, group, failure),
+        real_topic=retry_topic,
+        real_queue_id=None,
+        level=level,
+        due_ms=due_ms,
+    )
+
+
+def dlq_headers(
+    msg: MessageExt,
+    *,
+    group: str,
+    reason: str,
+    now_ms: int,
+    failure: Failure | None,
+) -> list[tuple[str, bytes | None]]:
+    """A dead letter: says why and from where (original topic, group, count, last failure)."""
+    out = _hop_headers(msg, group, failure)
+    _put(out, PROPERTY_DLQ_ORIGIN_TOPIC, msg.topic)
+    _put(out, PROPERTY_DLQ_ORIGIN_MESSAGE_ID, msg.origin_message_id)
+    _put(out, HEADER_DLQ_REASON, reason)
+    _put(out, HEADER_DLQ_TIME_MS, now_ms)
+    return _finish(out)
+
+
+def forward_headers(raw: Sequence[RawHeader]) -> list[tuple[str, bytes | None]]:
+    """Headers of a due message forwarded to its real topic: kept, minus ``DELAY``.
+
+    Duplicates are collapsed (last wins) so that hops never grow the header list.
+    """
+    out: dict[str, bytes | None] = {}
+    for key, value in raw:
+        if key == PROPERTY_DELAY_TIME_LEVEL:
+            continue
+        out.pop(key, None)
+        out[key] = value
+    return _finish(out)
+
+
+def replace_headers(
+    raw: Sequence[RawHeader], updates: Mapping[str, str | int | None]
+) -> list[tuple[str, bytes | None]]:
+    """``raw`` with one value per key, ``updates`` applied (``None`` removes a key)."""
+    out: dict[str, bytes | None] = {}
+    for key, value in raw:
+        out.pop(key, None)
+        out[key] = value
+    for key, update in updates.items():
+        _put(out, key, update)
+    return _finish(out)

@@ -1,0 +1,1 @@
+"""Long-running services built from the clients: the ScheduleService."""

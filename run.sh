@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One entry point that sets everything up on a fresh machine (Python 3.11+, Java 17, Maven)
+# and then runs what you ask for:
+#   ./run.sh demo    the end-to-end demo on an embedded local Kafka broker (the main job)
+#   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
+#   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
+#   ./run.sh setup   only the set-up
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+export RMQ_KAFKA_HOME="${RMQ_KAFKA_HOME:-$ROOT/.cache/rmq-kafka}"
+PY="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+
+setup() {
+  command -v java >/dev/null || { echo "run.sh: java (17+) is required" >&2; exit 1; }
+  command -v mvn >/dev/null || { echo "run.sh: mvn (Maven) is required" >&2; exit 1; }
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV"
+    "$PY" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.rmq-installed" want
+  want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "==> installing the project, its test tools and the Spark analytics extra into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[test,spark]"
+    echo "$want" > "$stamp"
+  fi
+  echo "==> Kafka broker jars (pinned, from Maven Central, cached in $RMQ_KAFKA_HOME)"
+  "$VENV/bin/python" -c "from adapter.embedded import ensure_jars; print(ensure_jars())"
+  echo "==> Spark Kafka/Avro connector jars (pinned to pyspark's version, cached in $RMQ_KAFKA_HOME)"
+  "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; print(ensure_spark_jars())"
+}
+
+cmd="${1:-help}"
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)
+    setup
+    exec "$VENV/bin/rmq-kafka" demo "$@"
+    ;;
+  test)
+    setup
+    echo "==> ruff"
+    "$VENV/bin/ruff" check adapter tests
+    echo "==> mypy"
+    "$VENV/bin/mypy" adapter
+    echo "==> pytest (unit + integration)"
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  bench)
+    setup
+    exec "$VENV/bin/rmq-kafka" bench "$@"
+    ;;
+  *)
+    sed -n '2,8p' "$0"
+    exit 2
+    ;;
+esac

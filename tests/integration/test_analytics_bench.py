@@ -1,0 +1,57 @@
+"""``rmq-kafka bench``'s analytics rows at a tiny size: the Spark job-vs-plain-count row and
+the trace-emission row are measured in one run and land in the table and the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from adapter.analytics.testing import shared_spark
+from adapter.bench import pyspark_missing, render_table, run_bench
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _args(bootstrap: str, out: Path, *, no_spark: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(
+        bootstrap_servers=bootstrap,
+        messages=1_500,
+        repeats=1,
+        only=["trace", "analytics"],
+        json=str(out),
+        no_spark=no_spark,
+    )
+
+
+def test_analytics_rows_at_a_tiny_size(kafka_bootstrap_servers: str, tmp_path: Path) -> None:
+    assert pyspark_missing() is None
+    shared_spark()  # the bench's session is this one (getOrCreate): one JVM per test process
+    out = tmp_path / "bench.json"
+    assert run_bench(_args(kafka_bootstrap_servers, out)) == 0
+    rows = {r["scenario"].split(":")[0]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"trace emission", "analytics"}
+    spark_row, trace_row = rows["analytics"], rows["trace emission"]
+    assert spark_row["trace_rows"] == 1_500 and spark_row["runs"] == 1
+    for row in (spark_row, trace_row):
+        assert row["ours_msgs_per_s"] > 0 and row["raw_msgs_per_s"] > 0
+        assert row["ratio"] == pytest.approx(row["ours_msgs_per_s"] / row["raw_msgs_per_s"], 0.01)
+        assert row["ours_cpu_us_per_msg"] > 0 and row["raw_cpu_us_per_msg"] > 0
+    assert trace_row["trace_overhead_pct"] == pytest.approx(100 * (1 - trace_row["ratio"]), abs=0.2)
+    table = render_table(list(rows.values()))
+    assert "analytics: Spark consume-metrics job" in table and "trace_overhead_pct=" in table
+
+
+def test_no_spark_skips_the_spark_row(
+    kafka_bootstrap_servers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    args = _args(kafka_bootstrap_servers, out, no_spark=True)
+    args.only = ["analytics"]
+    assert run_bench(args) == 0
+    assert "analytics: skipped (--no-spark)" in capsys.readouterr().out
+    assert json.loads(out.read_text())["results"] == []

@@ -1,0 +1,455 @@
+"""The Spark jobs on a real local Spark (``local[2]``) against the real broker.
+
+* a scenario with known outcomes, run by the real PushConsumer and ScheduleService with
+  tracing on: the streaming job's metrics equal the known counts exactly, and the DLQ report
+  finds exactly the dead letters (table, CSV, PNG, Avro export);
+* a restart from the checkpoint neither loses nor double counts;
+* the spark-submit entry point works.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import fastavro
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from adapter.analytics.jars import SparkAuthenticationError, spark_jars
+from adapter.analytics.jobs import (
+    StreamJobOptions,
+    read_metrics,
+    run_consume_metrics,
+    trace_source,
+)
+from adapter.analytics.session import kafka_options
+from adapter.analytics.testing import shared_spark
+from adapter.analytics.trace import KafkaTraceSink
+from adapter.cli import main as cli_main
+from adapter.clients.producer import Producer
+from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
+from adapter.clients.topics import TopicPlan, ensure_topics
+from adapter.core.message import Message, MessageExt
+from adapter.core.routing import ConsumeConcurrentlyStatus
+from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.embedded import EmbeddedKafka
+from adapter.errors import AuthenticationError
+from adapter.services.schedule_service import ScheduleService
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[2]
+LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
+MINUTE = 60_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    return shared_spark()
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def _wait(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------
+# the known-outcome scenario
+# --------------------------------------------------------------------------------------------
+
+# body prefix -> how many such messages, and how they behave
+OK, ONCE, TWICE, POISON, REJECT = 6, 3, 2, 1, 1
+POISON_MAX = 2  # the poison message's own MAX_RECONSUME_TIMES
+
+
+@dataclass
+class Scenario:
+    bootstrap: str
+    topic: str
+    group: str
+    service_group: str
+    trace_topic: str
+    deliveries: Counter[str] = field(default_factory=Counter)
+    submit: tuple[subprocess.Popen[str], Path] | None = None
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.deliveries: Counter[str] = Counter()
+        self.succeeded: set[str] = set()
+
+    def __call__(
+        self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext
+    ) -> ConsumeConcurrentlyStatus:
+        (msg,) = msgs  # consume_message_batch_max_size = 1
+        body = msg.body.decode()
+        with self.lock:
+            self.deliveries[body] += 1
+        rc = msg.reconsume_times
+        if body.startswith("reject"):
+            ctx.delay_level_when_next_consume = -1
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if (
+            body.startswith("poison")
+            or (body.startswith("once") and rc < 1)
+            or (body.startswith("twice") and rc < 2)
+        ):
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        with self.lock:
+            self.succeeded.add(body)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
+def _bodies() -> list[str]:
+    out = [f"ok-{i}" for i in range(OK)] + [f"once-{i}" for i in range(ONCE)]
+    out += [f"twice-{i}" for i in range(TWICE)] + ["poison"] * POISON + ["reject"] * REJECT
+    return out
+
+
+def _tick(bootstrap: str, trace_topic: str, at_ms: int) -> None:
+    """One event far ahead in event time: moves the watermark past every earlier window."""
+    with KafkaTraceSink({"bootstrap.servers": bootstrap}, trace_topic) as sink:
+        sink(TraceEvent(at_ms, "consumer", "__tick__", "__tick__", 0, 0, "tick", "tick",
+                        TraceStatus.SUCCESS, 0))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def scenario(
+    kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scenario]:
+    uid = _uid()
+    sc = Scenario(
+        kafka_bootstrap_servers, f"orders-{uid}", f"g-{uid}", f"svc-{uid}", f"trace-{uid}"
+    )
+    config = {"bootstrap.servers": sc.bootstrap}
+    ensure_topics(config, [TopicPlan(sc.topic, sc.topic, 2)])
+    listener = Listener()
+    service = ScheduleService(
+        config,
+        delay_levels=LEVELS,
+        namespace=f"ns{uid}",
+        group=sc.service_group,
+        partitions=1,
+        trace_topic=sc.trace_topic,
+    )
+    consumer = PushConsumer(
+        {**config, "group.id": sc.group, "auto.offset.reset": "earliest"},
+        delay_levels=LEVELS,
+        namespace=f"ns{uid}",
+        partitions=1,
+        trace_topic=sc.trace_topic,
+    )
+    consumer.subscribe(sc.topic, "*")
+    consumer.register_message_listener(listener)
+    bodies = _bodies()
+    with service, consumer, Producer(config) as producer:
+        for body in bodies:
+            props = {"MAX_RECONSUME_TIMES": str(POISON_MAX)} if body == "poison" else {}
+            producer.send(
+                Message(
+                    topic=sc.topic,
+                    body=body.encode(),
+                    tags="TagA" if body != "reject" else "TagB",
+                    keys=[f"key-{body}"],
+                    properties=props,
+                )
+            )
+        expected_ok = {b for b in bodies if b.startswith(("ok", "once", "twice"))}
+        _wait(
+            lambda: (
+                expected_ok <= listener.succeeded
+                and sum(s.dead_lettered for s in consumer.stats().values()) >= POISON + REJECT
+            ),
+            90,
+            "the scenario to finish",
+        )
+    sc.deliveries = listener.deliveries
+    _tick(sc.bootstrap, sc.trace_topic, int(time.time() * 1000) + 3_600_000)
+    sc.submit = _spark_submit(sc, tmp_path_factory.mktemp("submit"))
+    try:
+        yield sc
+    finally:
+        if sc.submit[0].poll() is None:
+            sc.submit[0].kill()
+            sc.submit[0].wait()
+
+
+def _spark_submit(sc: Scenario, out: Path) -> tuple[subprocess.Popen[str], Path]:
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    common = [str(submit), "--master", "local[1]", "--driver-memory", "512m",
+              "--conf", "spark.ui.enabled=false", "--jars", spark_jars()]  # fmt: skip
+    report = [*common, str(ROOT / "spark" / "dlq_report.py"),
+              "-b", sc.bootstrap, "--group", sc.group, "--output", str(out / "report")]  # fmt: skip
+    metrics = [*common, str(ROOT / "spark" / "consume_metrics.py"),
+               "-b", sc.bootstrap, "--trace-topic", sc.trace_topic, "--output",
+               str(out / "metrics"), "--available-now", "--window", "1 minute",
+               "--watermark", "30 seconds"]  # fmt: skip
+    # one after the other (one JVM at a time on two cores); output to files, not pipes:
+    # nobody drains a pipe while the other tests run
+    script = f"{shlex.join(report)} && {shlex.join(metrics)}"
+    with (out / "stdout").open("w") as stdout, (out / "stderr").open("w") as stderr:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script], env=env, stdout=stdout, stderr=stderr, text=True
+        )
+    return proc, out
+
+
+def test_streaming_metrics_equal_the_known_counts(
+    spark: SparkSession, scenario: Scenario, tmp_path: Path
+) -> None:
+    sc = scenario
+    assert sc.deliveries["poison"] == POISON_MAX + 1
+    out = tmp_path / "metrics"
+    rc = cli_main(
+        ["analytics", "stream", "-b", sc.bootstrap, "--trace-topic", sc.trace_topic,
+         "--output", str(out), "--available-now", "--window", "1 minute",
+         "--watermark", "30 seconds"]
+    )  # fmt: skip
+    assert rc == 0
+    metrics = read_metrics(spark, str(out))
+    rows = metrics.where(F.col("group") == sc.group).collect()
+    assert rows, "no window of the scenario reached the Parquet sink"
+    assert {r.topic for r in rows} == {sc.topic}  # the logical, original topic
+
+    def total(col: str) -> int:
+        return sum(int(getattr(r, col)) for r in rows)
+
+    by_rc: Counter[int] = Counter()
+    for r in rows:
+        by_rc.update(r.retries_by_reconsume_times)
+    succeeded = OK + ONCE + TWICE
+    retried = {0: ONCE + TWICE + POISON, 1: TWICE + POISON}  # POISON_MAX = 2
+    assert total("succeeded") == succeeded
+    assert total("retried") == sum(retried.values())
+    assert dict(by_rc) == retried
+    assert total("dlq_arrivals") == POISON + REJECT
+    assert total("dropped") == 0
+    assert total("failed") == sum(retried.values()) + POISON + REJECT
+    assert total("consumed") == succeeded + sum(retried.values()) + POISON + REJECT
+    # deliveries with reconsume_times >= 1: once (1), twice (2), poison (2); successes: 3 + 2
+    assert total("redeliveries") == ONCE + 2 * TWICE + 2 * POISON
+    assert total("redelivered_succeeded") == ONCE + TWICE
+    assert all(r.time_to_success_max_ms is not None for r in rows if r.succeeded)
+    assert all(r.time_to_success_max_ms >= 0 for r in rows if r.succeeded)
+    # the ScheduleService forwarded every retry once; its lateness is measured
+    svc = metrics.where(F.col("group") == sc.service_group).collect()
+    assert sum(r.forwarded for r in svc) == sum(retried.values())
+    assert {r.topic for r in svc} == {f"%RETRY%{sc.group}"}
+    assert all(r.lateness_max_ms is not None and r.lateness_max_ms >= 0 for r in svc)
+    # the tick's window is still open (it is ahead of the watermark): not emitted
+    assert metrics.where(F.col("group") == "__tick__").count() == 0
+
+
+def test_dlq_report(spark: SparkSession, scenario: Scenario, tmp_path: Path) -> None:
+    sc = scenario
+    out = tmp_path / "report"
+    rc = cli_main(
+        ["analytics", "dlq-report", "-b", sc.bootstrap, "--group", sc.group,
+         "--output", str(out), "--export"]
+    )  # fmt: skip
+    assert rc == 0
+    table = spark.read.parquet(str(out / "dlq_summary")).collect()
+    got = {(r.origin_topic, r.tags, r.reason): (r.dead_letters, r.top_keys) for r in table}
+    assert got == {
+        (sc.topic, "TagA", "MAX_RECONSUME_TIMES"): (POISON, [("key-poison", POISON)]),
+        (sc.topic, "TagB", "LISTENER_REQUESTED"): (REJECT, [("key-reject", REJECT)]),
+    }
+    assert {r.groups[0] for r in table} == {sc.group}
+    png = out / "dlq_report.png"
+    assert png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv_lines = (out / "dlq_summary.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 2 and "key-poison (1)" in "".join(csv_lines)
+    records = []
+    for part in sorted((out / "dlq_export").glob("*.avro")):
+        with part.open("rb") as fh:
+            records.extend(fastavro.reader(fh))
+    assert sorted(r["body"] for r in records) == [b"poison", b"reject"]
+    assert {r["dlq_topic"] for r in records} == {f"%DLQ%{sc.group}"}
+    assert {r["origin_topic"] for r in records} == {sc.topic}
+
+
+def test_empty_dlq_report_still_has_a_chart(tmp_path: Path, kafka_bootstrap_servers: str) -> None:
+    shared_spark()
+    rc = cli_main(
+        ["analytics", "dlq-report", "-b", kafka_bootstrap_servers, "--group", f"none-{_uid()}",
+         "--output", str(tmp_path)]
+    )  # fmt: skip
+    assert rc == 0
+    assert (tmp_path / "dlq_report.png").stat().st_size > 0
+    assert (tmp_path / "dlq_summary.csv").read_text().count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# restart from the checkpoint
+# --------------------------------------------------------------------------------------------
+
+
+def _send_with(config: dict[str, Any], topic: str, events: list[TraceEvent]) -> None:
+    with KafkaTraceSink(config, topic) as sink:
+        for e in events:
+            sink(e)
+        assert sink.flush(10) == 0
+    assert sink.delivered == len(events)
+
+
+def _send(bootstrap: str, topic: str, events: list[TraceEvent]) -> None:
+    _send_with({"bootstrap.servers": bootstrap}, topic, events)
+
+
+def _ev(n: int, at: int, status: TraceStatus, rc: int = 0) -> list[TraceEvent]:
+    uid = _uid()
+    return [
+        TraceEvent(at + i, "consumer", "g", "orders", 0, i, f"{uid}-{i}", f"{uid}-{i}", status, rc)
+        for i in range(n)
+    ]
+
+
+def test_restart_from_checkpoint_neither_loses_nor_double_counts(
+    spark: SparkSession, kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    topic = f"trace-restart-{_uid()}"
+    t0 = (int(time.time() * 1000) // MINUTE - 30) * MINUTE  # a minute boundary, in the past
+    w1, w2 = t0, t0 + MINUTE
+    opts = StreamJobOptions(
+        output=str(tmp_path / "out"),
+        trace_topic=topic,
+        window="1 minute",
+        watermark="10 seconds",
+        available_now=True,
+    )
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+
+    def windows() -> dict[int, tuple[int, int, int]]:
+        rows = read_metrics(spark, opts.output or "").collect()
+        starts = [int(r.window_start.timestamp() * 1000) for r in rows]
+        assert len(starts) == len(set(starts)), f"a window was written twice: {rows}"
+        return {s: (r.consumed, r.succeeded, r.retried) for s, r in zip(starts, rows, strict=True)}
+
+    # run 1: W1 complete, W2 open (its events stay in the checkpointed state)
+    _send(kafka_bootstrap_servers, topic, _ev(5, w1 + 1_000, TraceStatus.SUCCESS)
+          + _ev(3, w2 + 10_000, TraceStatus.RETRY))  # fmt: skip
+    run_consume_metrics(spark, config, opts)
+    assert windows() == {w1: (5, 5, 0)}
+
+    # run 2 (a new query on the same checkpoint): more W2 events, a late W1 event (dropped by
+    # the watermark) and a W3 event that closes W2
+    _send(kafka_bootstrap_servers, topic, _ev(2, w2 + 20_000, TraceStatus.SUCCESS, 1)
+          + _ev(1, w1 + 5_000, TraceStatus.SUCCESS)
+          + _ev(1, w2 + 2 * MINUTE + 15_000, TraceStatus.DLQ, 2))  # fmt: skip
+    run_consume_metrics(spark, config, opts)
+    assert windows() == {w1: (5, 5, 0), w2: (5, 2, 3)}
+
+    # run 3: nothing new -> nothing changes
+    run_consume_metrics(spark, config, opts)
+    assert windows() == {w1: (5, 5, 0), w2: (5, 2, 3)}
+
+
+# --------------------------------------------------------------------------------------------
+# spark-submit
+# --------------------------------------------------------------------------------------------
+
+
+def test_spark_submit_entry_points(spark: SparkSession, scenario: Scenario) -> None:
+    """``spark-submit spark/dlq_report.py`` then ``spark/consume_metrics.py --available-now``
+    with the cached jars, as an operator runs them (started in the background when the
+    scenario finished: a second JVM takes a while)."""
+    assert scenario.submit is not None
+    proc, out = scenario.submit
+    proc.wait(timeout=400)
+    assert proc.returncode == 0, (out / "stderr").read_text()[-3000:]
+    assert '"dead_letters": 2' in (out / "stdout").read_text()
+    assert (out / "report" / "dlq_report.png").stat().st_size > 0
+    rows = read_metrics(spark, str(out / "metrics")).where(F.col("group") == scenario.group)
+    totals = rows.agg(F.sum("succeeded"), F.sum("dlq_arrivals")).first()
+    assert totals is not None and tuple(totals) == (OK + ONCE + TWICE, POISON + REJECT)
+
+
+# --------------------------------------------------------------------------------------------
+# security
+# --------------------------------------------------------------------------------------------
+
+
+def test_sasl_settings_reach_the_sink_and_spark(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """A SASL/SCRAM-only broker: the trace sink (librdkafka) and Spark's Kafka source (Java)
+    both get in with the project's one config dict, and the streaming job computes its exact
+    counts; a wrong password fails the job with a short AuthenticationError, not a hang."""
+    broker = EmbeddedKafka(
+        f"sasl-{_uid()}",
+        scram_users={"admin": "admin-secret"},
+        instances_dir=tmp_path_factory.mktemp("sasl"),
+    )
+    broker.start(fresh=True)
+    try:
+        config = {"bootstrap.servers": broker.bootstrap_servers, **broker.client_security()}
+        assert config["security.protocol"] == "SASL_PLAINTEXT"
+        options = kafka_options(config)
+        assert "ScramLoginModule" in options["kafka.sasl.jaas.config"]
+        assert options["kafka.sasl.mechanism"] == config["sasl.mechanism"].upper()
+        topic = f"trace-sasl-{_uid()}"
+        t0 = (int(time.time() * 1000) // MINUTE - 10) * MINUTE
+        _send_with(
+            config,
+            topic,
+            _ev(7, t0 + 1_000, TraceStatus.SUCCESS)
+            + _ev(2, t0 + 2_000, TraceStatus.RETRY)
+            + _ev(1, t0 + 5 * MINUTE, TraceStatus.SUCCESS),  # moves the watermark past t0
+        )
+        raw = trace_source(spark, config, topic, streaming=False)
+        assert raw.count() == 10
+        opts = StreamJobOptions(
+            output=str(tmp_path / "out"), trace_topic=topic, watermark="10 seconds",
+            available_now=True,
+        )  # fmt: skip
+        progress = run_consume_metrics(spark, config, opts)
+        assert progress[0]["input_rows"] == 10
+        rows = read_metrics(spark, str(tmp_path / "out")).collect()
+        assert [(r.group, r.topic, r.consumed, r.succeeded, r.retried) for r in rows] == [
+            ("g", "orders", 9, 7, 2)
+        ]
+
+        bad = {**config, "sasl.password": "not-the-password"}
+        started = time.monotonic()
+        with pytest.raises(AuthenticationError) as info:
+            run_consume_metrics(
+                spark,
+                bad,
+                StreamJobOptions(trace_topic=topic, sinks=("console",), available_now=True),
+            )
+        assert isinstance(info.value, SparkAuthenticationError)
+        message = str(info.value)
+        assert "Authentication failed" in message or "SaslAuthenticationException" in message
+        assert "user 'admin'" in message and broker.bootstrap_servers in message
+        assert "not-the-password" not in message
+        assert len(message) < 1_000  # a sentence, not a JVM stack trace
+        assert time.monotonic() - started < 60
+    finally:
+        broker.stop()

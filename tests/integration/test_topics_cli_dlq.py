@@ -1,0 +1,233 @@
+"""Topic provisioning, the CLI, DLQ list/redrive and the demo, on the real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
+from adapter.clients.topics import ensure_group_topics, ensure_topics, plan_topics
+from adapter.core import naming
+from adapter.core.delay import DelayLevels
+from adapter.demo import run_demo
+from adapter.services.dlq import read_dlq, redrive
+
+pytestmark = pytest.mark.integration
+
+LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
+
+
+def _wait(cond: Any, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_ensure_group_topics_is_idempotent_with_retention_above_longest_delay(
+    kafka_bootstrap_servers: str,
+) -> None:
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    group = f"grp.{uuid.uuid4().hex[:6]}_x %|/ 组"
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    levels = DelayLevels.parse("1s 2h 3d")
+    first = ensure_group_topics(conf, group, delay_levels=levels, namespace=ns, partitions=2)
+    assert set(first) == {
+        p.logical for p in plan_topics(groups=[group], delay_levels=levels, namespace=ns)
+    }
+    assert all(first.values())
+    second = ensure_group_topics(conf, group, delay_levels=levels, namespace=ns, partitions=2)
+    assert not any(second.values())  # idempotent: all existed
+
+    admin = AdminClient(conf)
+    md = admin.list_topics(timeout=10)
+    retry_kafka = naming.to_kafka(naming.retry_topic(group))
+    assert len(md.topics[retry_kafka].partitions) == 2
+    schedule = naming.to_kafka(naming.schedule_topic(3, levels, ns))
+    res = ConfigResource("topic", schedule)
+    cfg = admin.describe_configs([res])[res].result(timeout=10)
+    assert int(cfg["retention.ms"].value) >= 2 * 3 * 86_400_000
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "adapter.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_topics_ensure_speaks_logical_names(kafka_bootstrap_servers: str) -> None:
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    out = _cli(
+        "topics",
+        "ensure",
+        "--group",
+        group,
+        "--delay-levels",
+        "1s 2s",
+        "--namespace",
+        group,
+        "-b",
+        kafka_bootstrap_servers,
+        "-X",
+        "client.id=cli-test",
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"created  %RETRY%{group}" in out.stdout
+    assert f"->  {naming.to_kafka(naming.dlq_topic(group))}" in out.stdout
+    again = _cli(
+        "topics",
+        "ensure",
+        "--group",
+        group,
+        "--delay-levels",
+        "1s 2s",
+        "--namespace",
+        group,
+        "-b",
+        kafka_bootstrap_servers,
+    )
+    assert again.returncode == 0 and "created" not in again.stdout
+
+
+def test_cli_rejects_bad_input_with_the_field_named(kafka_bootstrap_servers: str) -> None:
+    out = _cli(
+        "topics", "ensure", "--group", "g", "--delay-levels", "1s 5x", "-b", kafka_bootstrap_servers
+    )
+    assert out.returncode == 2
+    assert "'5x'" in out.stderr and "messageDelayLevel" in out.stderr
+    out = _cli(
+        "topics", "ensure", "--group", "g", "-b", kafka_bootstrap_servers, "-X", "no.such.key=1"
+    )
+    assert out.returncode == 2 and "no.such.key" in out.stderr
+
+
+def test_dlq_list_and_redrive_round_trip(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """Dead letters keep body and headers, say why; redrive sends them back to the group."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = kafka_topic_factory("dlq")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    healed = threading.Event()
+    seen: list[tuple[str, int, str]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        for m in msgs:
+            seen.append((m.body.decode(), m.reconsume_times, m.topic))
+        if not healed.is_set():
+            raise ValueError("downstream says no")
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        {**conf, "group.id": group, "auto.offset.reset": "earliest"},
+        delay_levels=LEVELS,
+        namespace=ns,
+        max_reconsume_times=1,
+        partitions=1,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    with ScheduleService(conf, delay_levels=LEVELS, namespace=ns, partitions=1), consumer:
+        with Producer(conf) as p:
+            p.send(
+                Message(
+                    topic=topic,
+                    body=b"order-1",
+                    keys=["k1"],
+                    tags="TagA",
+                    properties={"tenant": "t1"},
+                )
+            )
+        _wait(lambda: len(read_dlq(conf, group)) == 1, what="the DLQ entry")
+        [entry] = read_dlq(conf, group)
+        assert entry.message.body == b"order-1"
+        assert entry.message.keys == "k1" and entry.message.tags == "TagA"
+        assert entry.message.properties["tenant"] == "t1"
+        assert entry.origin_topic == topic
+        assert entry.reason == "MAX_RECONSUME_TIMES"
+        assert entry.failure_type == "ValueError" and entry.failure_message == "downstream says no"
+        assert entry.message.reconsume_times == 2
+        # the CLI lists the same entry as JSON
+        out = _cli("dlq", "list", "--group", group, "-b", kafka_bootstrap_servers)
+        assert out.returncode == 0, out.stderr
+        listed = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [e["msg_id"] for e in listed] == [entry.message.msg_id]
+        healed.set()
+        assert redrive(conf, group, [entry]) == 1
+        _wait(lambda: ("order-1", 0, topic) in seen[2:], what="the redriven message")
+    assert seen[:2] == [("order-1", 0, topic), ("order-1", 1, topic)]
+
+
+def test_demo_runs_green_on_the_broker(
+    kafka_bootstrap_servers: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_demo(kafka_bootstrap_servers) == 0
+    out = capsys.readouterr().out
+    assert "RESULT: OK" in out
+    assert "poison: reason=MAX_RECONSUME_TIMES" in out
+    assert "dlq-now: reason=LISTENER_REQUESTED" in out
+
+
+def test_ensure_topics_reports_unreachable_broker_clearly() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "socket.connection.setup.timeout.ms": 1000}
+    started = time.monotonic()
+    with pytest.raises(Exception) as info:
+        ensure_topics(
+            conf, plan_topics(groups=["g"], delay_levels=DelayLevels.parse("1s")), timeout_s=3
+        )
+    assert time.monotonic() - started < 20
+    assert (
+        "127.0.0.1" in str(info.value)
+        or "timed out" in str(info.value).lower()
+        or "transport" in str(info.value).lower()
+    )
+
+
+def test_cli_kafka_start_is_idempotent_and_stops(tmp_path: Any) -> None:
+    import os
+
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+
+    try:
+        first = run("start")
+        assert first.returncode == 0, first.stderr
+        bootstrap = first.stdout.strip().splitlines()[-1]
+        assert bootstrap.startswith("127.0.0.1:")
+        again = run("start")
+        assert again.stdout.strip().splitlines()[-1] == bootstrap  # reused, not restarted
+        status = json.loads(run("status").stdout)
+        assert status["bootstrap.servers"] == bootstrap and status["pid"] > 0
+    finally:
+        stopped = run("stop")
+    assert stopped.stdout.strip() == "stopped"
+    assert run("status").returncode == 1

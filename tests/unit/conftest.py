@@ -1,0 +1,16 @@
+"""Hypothesis profiles for the unit tier.
+
+The default profile (100 examples per property) runs in the test command.  Hunt for rare
+counter-examples with ``HYPOTHESIS_PROFILE=thorough pytest -m unit`` (20 000 examples each).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "thorough", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -1,0 +1,739 @@
+"""Unit tests for :mod:`adapter.core.codec`: Kafka record ↔ message, and per-hop headers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapter.constants import (
+    FAILURE_MESSAGE_MAX_CHARS,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TIME_MS,
+    HEADER_DUE_MS,
+    HEADER_FAILURE_MESSAGE,
+    HEADER_FAILURE_TYPE,
+    HEADER_GROUP,
+    HEADER_MALFORMED,
+    HEADER_ORIGIN_OFFSET,
+    HEADER_ORIGIN_PARTITION,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    SYSTEM_HEADERS,
+)
+from adapter.core.codec import (
+    Failure,
+    HeaderView,
+    decode_record,
+    derived_message_id,
+    dlq_headers,
+    encode_message_headers,
+    forward_headers,
+    parse_non_negative,
+    replace_headers,
+    retry_headers,
+    schedule_headers,
+    user_headers,
+)
+from adapter.core.delay import DelayLevels
+from adapter.core.message import Message, MessageExt
+from adapter.core.naming import dlq_topic, retry_topic, schedule_topic, to_kafka
+from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, route_failed
+
+pytestmark = pytest.mark.unit
+
+Headers = Sequence[tuple[str, bytes | None]]
+GROUP = "cg"
+LEVELS = DelayLevels.DEFAULT
+
+
+def record(
+    headers: Iterable[tuple[str, bytes | None]] | None = None,
+    *,
+    kafka_topic: str = "orders",
+    partition: int = 2,
+    offset: int = 7,
+    value: bytes | None = b"body",
+    key: bytes | None = b"k",
+    timestamp_ms: int | None = 1_700_000_000_000,
+    log_append_time: bool = False,
+) -> MessageExt:
+    return decode_record(
+        kafka_topic=kafka_topic,
+        partition=partition,
+        offset=offset,
+        value=value,
+        key=key,
+        headers=headers,
+        timestamp_ms=timestamp_ms,
+        log_append_time=log_append_time,
+    )
+
+
+def as_dict(headers: Headers) -> dict[str, bytes | None]:
+    """Headers as a dict, asserting there is one value per key."""
+    keys = [k for k, _ in headers]
+    dupes = [k for k, n in Counter(keys).items() if n > 1]
+    assert not dupes, f"duplicate headers {dupes}"
+    return dict(headers)
+
+
+def text(headers: Headers, key: str) -> str | None:
+    value = as_dict(headers).get(key)
+    return None if value is None else value.decode()
+
+
+def retry(msg: MessageExt, **kw: Any) -> list[tuple[str, bytes | None]]:
+    args: dict[str, Any] = {
+        "group": GROUP,
+        "retry_topic": retry_topic(GROUP),
+        "level": 3,
+        "due_ms": 1_000,
+        "failure": Failure("RECONSUME_LATER"),
+    }
+    args.update(kw)
+    return retry_headers(msg, **args)
+
+
+RETRY_KAFKA_TOPIC = to_kafka(retry_topic(GROUP))
+
+
+# --- small helpers ---------------------------------------------------------------------------
+class TestHelpers:
+    def test_derived_message_id(self) -> None:
+        assert derived_message_id("orders", 3, 42) == "orders:3:42"
+
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            (None, None),
+            ("0", 0),
+            ("17", 17),
+            (" 5 ", 5),
+            ("007", 7),
+            ("-1", None),
+            ("+1", None),
+            ("1.5", None),
+            ("", None),
+            ("abc", None),
+            ("\uff11\uff12", None),  # full-width digits are not ASCII
+            ("²", None),
+            ("1_000", None),
+        ],
+    )
+    def test_parse_non_negative(self, raw: str | None, expected: int | None) -> None:
+        assert parse_non_negative(raw) == expected
+
+
+# --- decoding -----------------------------------------------------------------------------
+class TestDecodePlainRecord:
+    def test_no_headers(self) -> None:
+        msg = record(None)
+        assert msg.msg_id == "orders:2:7"
+        assert msg.origin_message_id == "orders:2:7"
+        assert msg.reconsume_times == 0
+        assert msg.topic == "orders"
+        assert msg.kafka_topic == "orders"
+        assert msg.queue_id == 2
+        assert msg.queue_offset == 7
+        assert msg.body == b"body"
+        assert msg.sharding_key == b"k"
+        assert msg.tags is None
+        assert msg.keys is None
+        assert msg.properties == {}
+        assert msg.raw_headers == ()
+        assert msg.header_errors == ()
+        assert msg.born_timestamp == 1_700_000_000_000
+        assert msg.store_timestamp == 1_700_000_000_000
+
+    def test_empty_header_list_same_as_none(self) -> None:
+        assert record([]).msg_id == record(None).msg_id == "orders:2:7"
+
+    def test_null_value_is_empty_body(self) -> None:
+        assert record(value=None).body == b""
+
+    def test_log_append_time_has_no_born_timestamp(self) -> None:
+        msg = record(log_append_time=True)
+        assert msg.born_timestamp is None
+        assert msg.store_timestamp == 1_700_000_000_000
+
+    def test_derived_ids_differ_per_record(self) -> None:
+        assert record(offset=1).msg_id != record(offset=2).msg_id
+        assert record(partition=0).msg_id != record(partition=1).msg_id
+
+
+class TestDecodeRocketMQHeaders:
+    def test_properties(self) -> None:
+        msg = record(
+            [
+                (PROPERTY_UNIQ_KEY, b"U1"),
+                (PROPERTY_TAGS, b"TagA"),
+                (PROPERTY_KEYS, b"k1 k2"),
+                (PROPERTY_RECONSUME_TIME, b"4"),
+                ("color", "grün".encode()),
+            ]
+        )
+        assert msg.msg_id == "U1"
+        assert msg.tags == "TagA"
+        assert msg.keys == "k1 k2"
+        assert msg.reconsume_times == 4
+        assert msg.properties["color"] == "grün"
+        assert msg.get_property("color") == "grün"
+        assert msg.header_errors == ()
+
+    def test_uniq_key_empty_falls_back_to_derived_id(self) -> None:
+        assert record([(PROPERTY_UNIQ_KEY, b"")]).msg_id == "orders:2:7"
+
+    def test_record_from_retry_topic_resets_topic(self) -> None:
+        assert RETRY_KAFKA_TOPIC == "rmq.retry.cg"
+        msg = record(
+            [
+                (PROPERTY_UNIQ_KEY, b"U1"),
+                (PROPERTY_RETRY_TOPIC, b"orders"),
+                (PROPERTY_RECONSUME_TIME, b"3"),
+                (PROPERTY_ORIGIN_MESSAGE_ID, b"O1"),
+            ],
+            kafka_topic=RETRY_KAFKA_TOPIC,
+        )
+        assert msg.topic == "orders"  # resetRetryTopic
+        assert msg.kafka_topic == RETRY_KAFKA_TOPIC
+        assert msg.reconsume_times == 3
+        assert msg.msg_id == "U1"
+        assert msg.origin_message_id == "O1"
+        assert msg.header_errors == ()
+
+    def test_retry_record_without_retry_topic_keeps_logical_name(self) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, b"1")], kafka_topic=RETRY_KAFKA_TOPIC)
+        assert msg.topic == retry_topic(GROUP)
+        assert any(PROPERTY_RETRY_TOPIC in e for e in msg.header_errors)
+
+    def test_retry_topic_header_ignored_on_a_normal_topic(self) -> None:
+        msg = record([(PROPERTY_RETRY_TOPIC, b"elsewhere")], kafka_topic="orders")
+        assert msg.topic == "orders"
+
+    def test_dlq_topic_record_keeps_its_logical_name(self) -> None:
+        msg = record([(PROPERTY_RETRY_TOPIC, b"orders")], kafka_topic=to_kafka(dlq_topic(GROUP)))
+        assert msg.topic == dlq_topic(GROUP)
+
+    def test_schedule_topic_record_topic_is_logical(self) -> None:
+        msg = record(None, kafka_topic=to_kafka(schedule_topic(3, LEVELS)))
+        assert msg.topic == "SCHEDULE_TOPIC_XXXX/L03-10s"
+
+    def test_unmappable_kafka_topic_does_not_crash(self) -> None:
+        msg = record(None, kafka_topic="rmq.weird")
+        assert msg.topic == "rmq.weird"
+        assert msg.msg_id == "rmq.weird:2:7"
+
+
+class TestDecodeMalformed:
+    @pytest.mark.parametrize("raw", [b"abc", b"-1", b"1.5", b"", b" ", b"+2", "\uff13".encode()])
+    def test_bad_reconsume_time_reads_as_zero_with_a_note(self, raw: bytes) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, raw)])
+        assert msg.reconsume_times == 0
+        assert len(msg.header_errors) == 1
+        assert PROPERTY_RECONSUME_TIME in msg.header_errors[0]
+        assert repr(raw.decode()) in msg.header_errors[0]
+
+    def test_bad_utf8_in_reconsume_time(self) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, b"\xff")])
+        assert msg.reconsume_times == 0
+        assert len(msg.header_errors) == 2  # not UTF-8, and not a count
+
+    def test_bad_utf8_value(self) -> None:
+        raw = b"ok\xff\xfe!"
+        msg = record([("note", raw), ("other", b"x")])
+        assert msg.properties["note"] == "ok\ufffd\ufffd!"
+        assert msg.properties["other"] == "x"
+        assert msg.raw_headers == (("note", raw), ("other", b"x"))
+        assert len(msg.header_errors) == 1
+        assert "note" in msg.header_errors[0]
+        assert "UTF-8" in msg.header_errors[0]
+
+    def test_bad_utf8_survives_retry_and_dlq_byte_exact(self) -> None:
+        raw = b"\xc3\x28\x80 \xf0\x28\x8c\xbc"
+        msg = record([("note", raw)])
+        assert as_dict(retry(msg))["note"] == raw
+        out = dlq_headers(msg, group=GROUP, reason="MAX_RECONSUME_TIMES", now_ms=5, failure=None)
+        assert as_dict(out)["note"] == raw
+        assert as_dict(forward_headers(msg.raw_headers))["note"] == raw
+
+    def test_bad_utf8_survives_many_hops(self) -> None:
+        raw = b"\xff\x00\xfe"
+        headers: Headers = [("note", raw)]
+        topic = "orders"
+        for _ in range(5):
+            msg = record(headers, kafka_topic=topic)
+            headers = forward_headers(retry(msg))
+            topic = RETRY_KAFKA_TOPIC
+        assert as_dict(headers)["note"] == raw
+
+    def test_duplicate_keys_last_wins(self) -> None:
+        msg = record([("k", b"1"), ("x", b"x"), ("k", b"2")])
+        assert msg.properties["k"] == "2"
+        assert msg.raw_headers == (("k", b"1"), ("x", b"x"), ("k", b"2"))
+        assert any("duplicate header k" in e for e in msg.header_errors)
+        out = as_dict(retry(msg))
+        assert out["k"] == b"2"
+
+    def test_duplicate_reconsume_time_last_wins(self) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, b"9"), (PROPERTY_RECONSUME_TIME, b"2")])
+        assert msg.reconsume_times == 2
+        assert text(retry(msg), PROPERTY_RECONSUME_TIME) == "3"
+
+    def test_duplicate_uniq_key_last_wins(self) -> None:
+        msg = record([(PROPERTY_UNIQ_KEY, b"A"), (PROPERTY_UNIQ_KEY, b"B")])
+        assert msg.msg_id == "B"
+
+    def test_null_values_read_as_absent(self) -> None:
+        msg = record(
+            [
+                ("n", None),
+                (PROPERTY_RECONSUME_TIME, None),
+                (PROPERTY_UNIQ_KEY, None),
+                (PROPERTY_TAGS, None),
+            ]
+        )
+        assert "n" not in msg.properties
+        assert msg.reconsume_times == 0
+        assert msg.msg_id == "orders:2:7"
+        assert msg.tags is None
+        assert msg.header_errors == ()
+        assert ("n", None) in msg.raw_headers
+
+    def test_null_after_value_removes_it(self) -> None:
+        msg = record([("k", b"v"), ("k", None)])
+        assert "k" not in msg.properties
+
+    def test_value_after_null_is_kept(self) -> None:
+        msg = record([("k", None), ("k", b"v")])
+        assert msg.properties["k"] == "v"
+
+    def test_null_user_header_survives_a_hop(self) -> None:
+        msg = record([("n", None)])
+        out = retry(msg)
+        assert ("n", None) in out
+
+    @pytest.mark.parametrize("raw", [b"x", b"-2", b"1.0"])
+    def test_bad_max_reconsume_times_noted(self, raw: bytes) -> None:
+        msg = record([(PROPERTY_MAX_RECONSUME_TIMES, raw)])
+        assert msg.max_reconsume_times is None
+        assert any(PROPERTY_MAX_RECONSUME_TIMES in e for e in msg.header_errors)
+
+    @pytest.mark.parametrize(("raw", "expected"), [(b"-1", -1), (b"0", 0), (b"5", 5)])
+    def test_good_max_reconsume_times(self, raw: bytes, expected: int) -> None:
+        msg = record([(PROPERTY_MAX_RECONSUME_TIMES, raw)])
+        assert msg.max_reconsume_times == expected
+        assert msg.header_errors == ()
+
+    def test_header_view_bytearray_values(self) -> None:
+        view = HeaderView.read([("k", bytearray(b"v"))])  # type: ignore[list-item]
+        assert view.raw == (("k", b"v"),)
+        assert view.text == {"k": "v"}
+
+    def test_header_view_last_raw_keeps_position_of_last(self) -> None:
+        view = HeaderView.read([("a", b"1"), ("b", b"2"), ("a", b"3")])
+        assert list(view.last_raw().items()) == [("b", b"2"), ("a", b"3")]
+
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from(
+                    [
+                        PROPERTY_RECONSUME_TIME,
+                        PROPERTY_UNIQ_KEY,
+                        PROPERTY_RETRY_TOPIC,
+                        PROPERTY_MAX_RECONSUME_TIMES,
+                        PROPERTY_TAGS,
+                        "u",
+                    ]
+                ),
+                st.one_of(st.none(), st.binary(max_size=8)),
+            ),
+            max_size=8,
+        ),
+        st.sampled_from(["orders", RETRY_KAFKA_TOPIC]),
+    )
+    def test_decode_never_raises_and_hops_never_raise(
+        self, headers: list[tuple[str, bytes | None]], kafka_topic: str
+    ) -> None:
+        msg = record(headers, kafka_topic=kafka_topic)
+        assert msg.reconsume_times >= 0
+        out = retry(msg)
+        as_dict(out)
+        assert text(out, PROPERTY_RECONSUME_TIME) == str(msg.reconsume_times + 1)
+        dlq = dlq_headers(msg, group=GROUP, reason="R", now_ms=1, failure=None)
+        as_dict(dlq)
+
+
+# --- retry hop ----------------------------------------------------------------------------
+class TestRetryHeaders:
+    def test_from_a_plain_record(self) -> None:
+        msg = record([("user", b"u")], partition=1, offset=99)
+        out = retry(msg, level=4, due_ms=123_456, failure=Failure("ValueError", "boom"))
+        d = as_dict(out)
+        assert text(out, PROPERTY_RECONSUME_TIME) == "1"
+        assert text(out, PROPERTY_RETRY_TOPIC) == "orders"
+        assert text(out, PROPERTY_ORIGIN_MESSAGE_ID) == "orders:1:99"
+        assert text(out, PROPERTY_UNIQ_KEY) == "orders:1:99"
+        assert text(out, PROPERTY_REAL_TOPIC) == "%RETRY%cg"
+        assert text(out, PROPERTY_DELAY_TIME_LEVEL) == "4"
+        assert text(out, HEADER_DUE_MS) == "123456"
+        assert text(out, HEADER_GROUP) == "cg"
+        assert text(out, HEADER_ORIGIN_PARTITION) == "1"
+        assert text(out, HEADER_ORIGIN_OFFSET) == "99"
+        assert text(out, HEADER_FAILURE_TYPE) == "ValueError"
+        assert text(out, HEADER_FAILURE_MESSAGE) == "boom"
+        assert d["user"] == b"u"
+        assert PROPERTY_REAL_QUEUE_ID not in d
+        assert PROPERTY_TIMER_DELIVER_MS not in d
+        assert HEADER_MALFORMED not in d
+        assert HEADER_DLQ_REASON not in d
+
+    def test_reconsume_time_is_n_plus_one(self) -> None:
+        msg = record(
+            [(PROPERTY_RECONSUME_TIME, b"5"), (PROPERTY_RETRY_TOPIC, b"orders")],
+            kafka_topic=RETRY_KAFKA_TOPIC,
+        )
+        out = retry(msg)
+        assert text(out, PROPERTY_RECONSUME_TIME) == "6"
+        assert text(out, PROPERTY_RETRY_TOPIC) == "orders"
+
+    def test_origin_message_id_kept(self) -> None:
+        msg = record(
+            [(PROPERTY_UNIQ_KEY, b"U2"), (PROPERTY_ORIGIN_MESSAGE_ID, b"FIRST")],
+            kafka_topic=RETRY_KAFKA_TOPIC,
+        )
+        out = retry(msg)
+        assert text(out, PROPERTY_ORIGIN_MESSAGE_ID) == "FIRST"
+        assert text(out, PROPERTY_UNIQ_KEY) == "U2"
+
+    def test_origin_message_id_is_uniq_key_on_first_retry(self) -> None:
+        out = retry(record([(PROPERTY_UNIQ_KEY, b"U9")]))
+        assert text(out, PROPERTY_ORIGIN_MESSAGE_ID) == "U9"
+
+    def test_no_failure_no_failure_headers(self) -> None:
+        d = as_dict(retry(record(None), failure=None))
+        assert HEADER_FAILURE_TYPE not in d
+        assert HEADER_FAILURE_MESSAGE not in d
+
+    def test_stale_hop_headers_are_replaced(self) -> None:
+        msg = record(
+            [
+                (PROPERTY_DELAY_TIME_LEVEL, b"17"),
+                (PROPERTY_REAL_TOPIC, b"old"),
+                (PROPERTY_REAL_QUEUE_ID, b"4"),
+                (HEADER_DUE_MS, b"1"),
+                (PROPERTY_TIMER_DELIVER_MS, b"2"),
+                (HEADER_FAILURE_TYPE, b"Old"),
+                (HEADER_DLQ_REASON, b"X"),
+                (PROPERTY_RETRY_TOPIC, b"orders"),
+            ],
+            kafka_topic=RETRY_KAFKA_TOPIC,
+        )
+        out = retry(msg, level=5, due_ms=77, failure=None)
+        d = as_dict(out)
+        assert text(out, PROPERTY_DELAY_TIME_LEVEL) == "5"
+        assert text(out, PROPERTY_REAL_TOPIC) == "%RETRY%cg"
+        assert text(out, HEADER_DUE_MS) == "77"
+        for gone in (
+            PROPERTY_REAL_QUEUE_ID,
+            PROPERTY_TIMER_DELIVER_MS,
+            HEADER_FAILURE_TYPE,
+            HEADER_DLQ_REASON,
+        ):
+            assert gone not in d
+
+    def test_malformed_notes_recorded(self) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, b"nope")])
+        note = text(retry(msg), HEADER_MALFORMED)
+        assert note is not None
+        assert PROPERTY_RECONSUME_TIME in note
+
+    def test_malformed_note_truncated(self) -> None:
+        msg = record([(f"h{i}", b"\xff") for i in range(200)])
+        note = text(retry(msg), HEADER_MALFORMED)
+        assert note is not None
+        assert len(note) == FAILURE_MESSAGE_MAX_CHARS
+
+    def test_user_tags_and_keys_kept(self) -> None:
+        msg = record([(PROPERTY_TAGS, b"T"), (PROPERTY_KEYS, b"a b"), ("biz", b"1")])
+        d = as_dict(retry(msg))
+        assert d[PROPERTY_TAGS] == b"T"
+        assert d[PROPERTY_KEYS] == b"a b"
+        assert d["biz"] == b"1"
+
+    def test_per_message_max_kept(self) -> None:
+        msg = record([(PROPERTY_MAX_RECONSUME_TIMES, b"3")])
+        assert text(retry(msg), PROPERTY_MAX_RECONSUME_TIMES) == "3"
+
+
+class TestSixteenHops:
+    """A poison message through the whole ladder: headers never pile up."""
+
+    def test_header_count_constant_and_lineage_kept(self) -> None:
+        first_headers: list[tuple[str, bytes | None]] = [
+            (PROPERTY_TAGS, b"TagA"),
+            (PROPERTY_KEYS, b"k1 k2"),
+            ("biz", b"42"),
+            ("raw", b"\xff\xfe"),  # bad UTF-8: a note on every hop
+        ]
+        msg = record(first_headers, kafka_topic="orders", partition=0, offset=5)
+        origin = msg.msg_id
+        assert origin == "orders:0:5"
+        counts: list[int] = []
+        sizes: list[int] = []
+        delays: list[int] = []
+        offset = 0
+        while True:
+            dest = route_failed(
+                reconsume_times=msg.reconsume_times,
+                max_reconsume_times=16,
+                delay_level_when_next_consume=0,
+                levels=LEVELS,
+                message_max_reconsume_times=msg.max_reconsume_times,
+            )
+            if isinstance(dest, DeadLetter):
+                break
+            assert isinstance(dest, RetryLater)
+            delays.append(dest.delay_ms)
+            parked = retry(msg, level=dest.level, due_ms=offset, failure=Failure("E", "x"))
+            counts.append(len(parked))
+            sizes.append(sum(len(k) + len(v or b"") for k, v in parked))
+            as_dict(parked)
+            assert text(parked, PROPERTY_RECONSUME_TIME) == str(dest.reconsume_times)
+            # the schedule service forwards it (minus DELAY) to the retry topic
+            forwarded = forward_headers(parked)
+            assert PROPERTY_DELAY_TIME_LEVEL not in as_dict(forwarded)
+            offset += 1
+            msg = record(forwarded, kafka_topic=RETRY_KAFKA_TOPIC, partition=0, offset=offset)
+            assert msg.topic == "orders"
+            assert msg.reconsume_times == dest.reconsume_times
+            assert msg.msg_id == origin
+            assert msg.origin_message_id == origin
+            assert msg.tags == "TagA"
+            assert msg.keys == "k1 k2"
+            assert msg.properties["biz"] == "42"
+        assert len(counts) == 16
+        assert len(set(counts)) == 1, counts
+        assert max(sizes) - min(sizes) <= 8, sizes  # only the digits of counters grow
+        assert delays[0] == 10_000
+        assert delays[-1] == 7_200_000
+        assert msg.reconsume_times == 16
+        assert dest.reconsume_times == 17
+        assert dest.reason is DeadLetterReason.MAX_RECONSUME_TIMES
+
+        dead = dlq_headers(msg, group=GROUP, reason=dest.reason.value, now_ms=9, failure=None)
+        d = as_dict(dead)
+        assert text(dead, PROPERTY_RECONSUME_TIME) == "17"
+        assert text(dead, PROPERTY_DLQ_ORIGIN_TOPIC) == "orders"
+        assert text(dead, PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == origin
+        assert d["raw"] == b"\xff\xfe"
+        assert len(dead) <= counts[0] + 4
+
+
+# --- DLQ hop -------------------------------------------------------------------------------
+class TestDlqHeaders:
+    def test_says_why_and_from_where(self) -> None:
+        msg = record(
+            [
+                (PROPERTY_UNIQ_KEY, b"U"),
+                (PROPERTY_ORIGIN_MESSAGE_ID, b"O"),
+                (PROPERTY_RETRY_TOPIC, b"orders"),
+                (PROPERTY_RECONSUME_TIME, b"16"),
+                (PROPERTY_REAL_TOPIC, b"%RETRY%cg"),
+                (HEADER_DUE_MS, b"5"),
+                ("biz", b"1"),
+            ],
+            kafka_topic=RETRY_KAFKA_TOPIC,
+            partition=3,
+            offset=8,
+        )
+        out = dlq_headers(
+            msg,
+            group=GROUP,
+            reason=DeadLetterReason.MAX_RECONSUME_TIMES.value,
+            now_ms=1_234,
+            failure=Failure.of(KeyError("missing")),
+        )
+        d = as_dict(out)
+        assert text(out, PROPERTY_DLQ_ORIGIN_TOPIC) == "orders"
+        assert text(out, PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == "O"
+        assert text(out, PROPERTY_RETRY_TOPIC) == "orders"
+        assert text(out, HEADER_DLQ_REASON) == "MAX_RECONSUME_TIMES"
+        assert text(out, HEADER_DLQ_TIME_MS) == "1234"
+        assert text(out, HEADER_GROUP) == "cg"
+        assert text(out, PROPERTY_RECONSUME_TIME) == "17"
+        assert text(out, HEADER_ORIGIN_PARTITION) == "3"
+        assert text(out, HEADER_ORIGIN_OFFSET) == "8"
+        assert text(out, HEADER_FAILURE_TYPE) == "KeyError"
+        assert text(out, HEADER_FAILURE_MESSAGE) == "'missing'"
+        assert text(out, PROPERTY_UNIQ_KEY) == "U"
+        assert d["biz"] == b"1"
+        for gone in (PROPERTY_REAL_TOPIC, PROPERTY_DELAY_TIME_LEVEL, HEADER_DUE_MS):
+            assert gone not in d
+
+    def test_from_plain_record(self) -> None:
+        msg = record(None, partition=0, offset=1)
+        out = dlq_headers(msg, group=GROUP, reason="LISTENER_REQUESTED", now_ms=0, failure=None)
+        assert text(out, PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == "orders:0:1"
+        assert text(out, PROPERTY_DLQ_ORIGIN_TOPIC) == "orders"
+        assert text(out, HEADER_DLQ_REASON) == "LISTENER_REQUESTED"
+        assert text(out, PROPERTY_RECONSUME_TIME) == "1"
+        assert HEADER_FAILURE_TYPE not in as_dict(out)
+
+    def test_failure_message_truncated(self) -> None:
+        msg = record(None)
+        failure = Failure("RuntimeError", "x" * 10_000)
+        out = dlq_headers(msg, group=GROUP, reason="R", now_ms=0, failure=failure)
+        message = text(out, HEADER_FAILURE_MESSAGE)
+        assert message is not None
+        assert len(message) == FAILURE_MESSAGE_MAX_CHARS
+        assert message.endswith("…")
+        assert message.startswith("xxx")
+
+
+class TestFailure:
+    def test_of_exception(self) -> None:
+        class Boom(Exception):
+            pass
+
+        failure = Failure.of(Boom("bad thing"))
+        assert failure.type.endswith("Boom")
+        assert failure.message == "bad thing"
+
+    def test_default_message_empty(self) -> None:
+        assert Failure("TIMEOUT").truncated() == ""
+
+    @pytest.mark.parametrize(
+        ("length", "expected"),
+        [
+            (0, 0),
+            (FAILURE_MESSAGE_MAX_CHARS - 1, FAILURE_MESSAGE_MAX_CHARS - 1),
+            (FAILURE_MESSAGE_MAX_CHARS, FAILURE_MESSAGE_MAX_CHARS),
+            (FAILURE_MESSAGE_MAX_CHARS + 1, FAILURE_MESSAGE_MAX_CHARS),
+            (100_000, FAILURE_MESSAGE_MAX_CHARS),
+        ],
+    )
+    def test_truncation(self, length: int, expected: int) -> None:
+        out = Failure("E", "é" * length).truncated()
+        assert len(out) == expected
+        assert out.endswith("…") == (length > FAILURE_MESSAGE_MAX_CHARS)
+
+
+# --- other header builders --------------------------------------------------------------------
+class TestForwardHeaders:
+    def test_drops_delay_and_collapses_duplicates(self) -> None:
+        raw = [
+            ("a", b"1"),
+            (PROPERTY_DELAY_TIME_LEVEL, b"3"),
+            ("b", b"2"),
+            ("a", b"3"),
+            (PROPERTY_DELAY_TIME_LEVEL, b"4"),
+            (PROPERTY_REAL_TOPIC, b"orders"),
+        ]
+        assert forward_headers(raw) == [("b", b"2"), ("a", b"3"), (PROPERTY_REAL_TOPIC, b"orders")]
+
+    def test_keeps_everything_else(self) -> None:
+        raw = [(HEADER_DUE_MS, b"5"), ("n", None), ("bad", b"\xff")]
+        assert forward_headers(raw) == raw
+
+    def test_empty(self) -> None:
+        assert forward_headers([]) == []
+
+
+class TestEncodeMessageHeaders:
+    def test_tags_keys_uniq_key_and_properties(self) -> None:
+        msg = Message(
+            topic="orders",
+            body=b"b",
+            tags="TagA",
+            keys=["k1", "k2", "k3"],
+            properties={"biz": "1", "ünï": "çødé"},
+        )
+        out = encode_message_headers(msg, "MSGID")
+        assert as_dict(out) == {
+            "biz": b"1",
+            "ünï": "çødé".encode(),
+            PROPERTY_TAGS: b"TagA",
+            PROPERTY_KEYS: b"k1 k2 k3",
+            PROPERTY_UNIQ_KEY: b"MSGID",
+        }
+
+    def test_keys_as_string(self) -> None:
+        out = encode_message_headers(Message(topic="t", body=b"", keys="a b"), "id")
+        assert as_dict(out)[PROPERTY_KEYS] == b"a b"
+
+    def test_no_tags_no_keys(self) -> None:
+        out = encode_message_headers(Message(topic="t", body=b""), "id")
+        assert out == [(PROPERTY_UNIQ_KEY, b"id")]
+
+    def test_system_properties_cannot_be_spoofed(self) -> None:
+        props = {name: "spoof" for name in SYSTEM_HEADERS}
+        props["user"] = "u"
+        out = encode_message_headers(Message(topic="t", body=b"", properties=props), "real")
+        d = as_dict(out)
+        assert d[PROPERTY_UNIQ_KEY] == b"real"
+        assert set(d) == {"user", PROPERTY_UNIQ_KEY}
+
+    def test_max_reconsume_times_property_travels(self) -> None:
+        msg = Message(topic="t", body=b"", properties={PROPERTY_MAX_RECONSUME_TIMES: "2"})
+        out = encode_message_headers(msg, "id")
+        assert as_dict(out)[PROPERTY_MAX_RECONSUME_TIMES] == b"2"
+        assert record(out).max_reconsume_times == 2
+
+    def test_round_trip_through_decode(self) -> None:
+        msg = Message(topic="orders", body=b"x", tags="T", keys=["a", "b"], properties={"p": "v"})
+        ext = record(encode_message_headers(msg, "ID1"))
+        assert ext.msg_id == "ID1"
+        assert ext.tags == "T"
+        assert ext.keys == "a b"
+        assert ext.properties["p"] == "v"
+        assert ext.header_errors == ()
+
+
+class TestScheduleAndReplaceHeaders:
+    def test_schedule_headers(self) -> None:
+        base = {"u": b"1", PROPERTY_DELAY_TIME_LEVEL: b"9"}
+        out = schedule_headers(
+            base, real_topic="orders", real_queue_id=2, level=4, due_ms=100, deliver_time_ms=555
+        )
+        d = as_dict(out)
+        assert d == {
+            "u": b"1",
+            PROPERTY_DELAY_TIME_LEVEL: b"4",
+            PROPERTY_REAL_TOPIC: b"orders",
+            PROPERTY_REAL_QUEUE_ID: b"2",
+            HEADER_DUE_MS: b"100",
+            PROPERTY_TIMER_DELIVER_MS: b"555",
+        }
+        assert base == {"u": b"1", PROPERTY_DELAY_TIME_LEVEL: b"9"}  # input not mutated
+
+    def test_schedule_headers_optional_fields_removed(self) -> None:
+        base = {PROPERTY_REAL_QUEUE_ID: b"7", PROPERTY_TIMER_DELIVER_MS: b"1"}
+        d = as_dict(schedule_headers(base, real_topic="t", real_queue_id=None, level=1, due_ms=0))
+        assert PROPERTY_REAL_QUEUE_ID not in d
+        assert PROPERTY_TIMER_DELIVER_MS not in d
+
+    def test_replace_headers(self) -> None:
+        raw = [("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"\xff")]
+        out = replace_headers(raw, {"b": None, "d": 4, "a": "x"})
+        assert out == [("a", b"x"), ("c", b"\xff"), ("d", b"4")]
+
+    def test_user_headers(self) -> None:
+        raw = [("u", b"1"), (PROPERTY_UNIQ_KEY, b"x"), ("u", b"2"), (HEADER_GROUP, b"g")]
+        assert user_headers(raw) == {"u": b"2"}

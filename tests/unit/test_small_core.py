@@ -1,0 +1,176 @@
+"""Tag filters, message ids, stats, option validation and the config split."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from adapter.clients.config import admin_config, build_options, check_kafka_config, producer_config
+from adapter.clients.producer import ProducerOptions
+from adapter.clients.push_consumer import ConsumerOptions
+from adapter.core import naming
+from adapter.core.filter import TagFilter
+from adapter.core.ids import MessageIdGenerator
+from adapter.core.stats import Reservoir, percentile
+from adapter.errors import ConfigError, InvalidInputError, TopicNameError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("expr", "tag", "matches"),
+    [
+        ("*", None, True),
+        ("*", "A", True),
+        (None, "A", True),
+        ("", "A", True),
+        ("TagA || TagB", "TagA", True),
+        ("TagA || TagB", "TagB", True),
+        ("TagA || TagB", "TagC", False),
+        ("TagA||TagB", "TagB", True),
+        ("TagA", None, False),
+    ],
+)
+def test_tag_filter(expr: str | None, tag: str | None, matches: bool) -> None:
+    assert TagFilter.parse(expr).matches(tag) is matches
+
+
+@pytest.mark.parametrize("expr", ["TagA || ", "||", 5])
+def test_bad_tag_expression_names_the_value(expr: object) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        TagFilter.parse(expr)  # type: ignore[arg-type]
+    assert info.value.field == "subExpression" and info.value.value == expr
+
+
+def test_message_ids_are_unique_across_threads_and_32_hex() -> None:
+    gen = MessageIdGenerator(b"\x01" * 10)
+    out: list[str] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        ids = [gen.next_id() for _ in range(2000)]
+        with lock:
+            out.extend(ids)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(out)) == 8000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in out)
+    with pytest.raises(ValueError):
+        MessageIdGenerator(b"short")
+
+
+def test_percentiles_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile(values, 100) == 100
+    assert percentile([], 50) is None
+    r = Reservoir(size=10)
+    r.extend(float(v) for v in range(100))
+    s = r.summary()
+    assert s.count == 10 and s.max == 99 and s.p50 == 94
+
+
+def test_unknown_option_is_rejected_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(ConsumerOptions, {"max_reconsume_time": 3}, "PushConsumer")
+    assert info.value.field == "max_reconsume_time"
+    assert "max_reconsume_times" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"consume_message_batch_max_size": -1}, "consume_message_batch_max_size"),
+        ({"consume_message_batch_max_size": 2000}, "consume_message_batch_max_size"),
+        ({"max_reconsume_times": -2}, "max_reconsume_times"),
+        ({"consume_timeout": 0}, "consume_timeout"),
+        ({"message_model": "SIDEWAYS"}, "message_model"),
+        ({"delay_levels": "1s 5q"}, "messageDelayLevel token 2"),
+    ],
+)
+def test_bad_consumer_options_name_the_field(options: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        build_options(ConsumerOptions, options, "PushConsumer")
+    assert info.value.field == field
+
+
+def test_bad_producer_options_name_the_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_options(ProducerOptions, {"send_msg_timeout_ms": 0}, "Producer")
+    assert info.value.field == "send_msg_timeout_ms"
+
+
+def test_kafka_config_checks_shape_and_keeps_security_everywhere() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_kafka_config({"group.id": "g"}, "consumer")
+    assert info.value.field == "bootstrap.servers"
+    with pytest.raises(ConfigError) as info:
+        check_kafka_config({"bootstrap.servers": "x", "linger.ms": [1]}, "producer")
+    assert info.value.field == "linger.ms"
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice",
+        "sasl.password": "secret",
+        "ssl.ca.location": "/ca.pem",
+        "group.id": "g",
+        "auto.offset.reset": "earliest",
+        "linger.ms": 7,
+        "some.unknown": "kept for librdkafka to reject",
+    }
+    prod = producer_config(config)
+    admin = admin_config(config)
+    for derived in (prod, admin):
+        for key in (
+            "security.protocol",
+            "sasl.mechanism",
+            "sasl.username",
+            "sasl.password",
+            "ssl.ca.location",
+        ):
+            assert derived[key] == config[key]
+        assert "group.id" not in derived and "auto.offset.reset" not in derived
+        assert derived["some.unknown"] == "kept for librdkafka to reject"
+    assert prod["linger.ms"] == 7 and "linger.ms" not in admin
+
+
+@pytest.mark.parametrize("topic", ["rmq_retry_g", "rmq.anything", "rmq_"])
+def test_reserved_prefixes_are_refused_for_user_topics(topic: str) -> None:
+    with pytest.raises(TopicNameError) as info:
+        naming.to_kafka(topic)
+    assert info.value.value == topic
+
+
+@pytest.mark.parametrize("kafka_topic", ["rmq.retry.", "rmq.retry._41", "rmq.dlq.a_2"])
+def test_non_canonical_kafka_names_are_refused(kafka_topic: str) -> None:
+    with pytest.raises(TopicNameError):
+        naming.from_kafka(kafka_topic)
+
+
+def test_flow_control_backoff_counts_the_streak_not_all_attempts() -> None:
+    from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
+    from adapter.core.backoff import ExponentialBackoff
+
+    sleeps: list[float] = []
+    failures = iter(
+        [FlowControlled("q"), RetriableSendFailure("r"), FlowControlled("q"), FlowControlled("q")]
+    )
+
+    def attempt() -> str:
+        exc = next(failures, None)
+        if exc is not None:
+            raise exc
+        return "ok"
+
+    retrying = send_retrying(
+        retries=4, backoff=ExponentialBackoff(), sleep=sleeps.append, uniform=lambda a, b: 0.0
+    )
+    assert retrying(attempt) == "ok"
+    assert sleeps == [1.0, 0.0, 1.0, 1.6]
