@@ -901,9 +901,7 @@ class ScheduleService:
                     return
 
 
-def _without_body(
-    tp: TP, msg: Any, out: tuple[str, dict[str, Any]]
-) -> tuple[str, dict[str, Any]]:
+def _without_body(tp: TP, msg: Any, out: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The dead-letter record without the body the broker will not take even alone; the body
     stays in the delay topic (until its retention), named by ``RMQ_BODY_OMITTED``."""
     size = len(msg.value() or b"")

@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 def wait_until(
-    cond: Callable[[], T], timeout: float = 20.0, what: str = "condition", step: float = 0.05
+    cond: Callable[[], T], timeout: float = 30.0, what: str = "condition", step: float = 0.05
 ) -> T:
     """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -277,6 +277,10 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
         listener,
         partitions=1,
         send_back_retry_interval=0.5,
+        # each local re-delivery counts: with the default 16 the target would reach the DLQ
+        # (and the offset move on) about 9 s after its first failure, which a slow CI machine
+        # can spend before the first sample; the limit itself is tested elsewhere
+        max_reconsume_times=1000,
     )
     try:
         with schedule_service(bs, ns, partitions=1), consumer, offset_probe(bs, group) as probe:

@@ -14,10 +14,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka import Producer as RawProducer
@@ -26,28 +26,14 @@ _INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.append(_INTEGRATION)
 
+from consumer_helpers import wait_until  # noqa: E402  (re-exported for the suites)
+
 #: ``RMQ_RELIABILITY_FULL=1`` runs the heavier variants (more kills, bigger backlogs).
 FULL = os.environ.get("RMQ_RELIABILITY_FULL", "").strip() not in ("", "0", "false", "no")
-
-T = TypeVar("T")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def wait_until(
-    cond: Callable[[], T], timeout: float = 30.0, what: str = "condition", step: float = 0.05
-) -> T:
-    """Poll ``cond`` until it returns something truthy (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
 
 
 def unique(prefix: str = "") -> str:
