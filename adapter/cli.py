@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from adapter.constants import HEADER_BODY_OMITTED
 from adapter.embedded.broker import EmbeddedKafkaError
 from adapter.errors import AdapterError
 from adapter.services.schedule_service import DeliveryGuarantee
@@ -172,14 +173,21 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
                         "partition": m.queue_id,
                         "offset": m.queue_offset,
                         "body": m.body[:200].decode("utf-8", "replace"),
+                        "body_omitted": m.properties.get(HEADER_BODY_OMITTED),
                     },
                     ensure_ascii=False,
                 )
             )
         print(f"{len(entries)} dead letter(s) in %DLQ%{args.group}", file=sys.stderr)
     else:
-        n = redrive(config, args.group, entries, to_origin=args.to_origin)
-        print(f"redrove {n} message(s)")
+        n = redrive(
+            config,
+            args.group,
+            entries,
+            to_origin=args.to_origin,
+            skip_missing_bodies=args.skip_missing_bodies,
+        )
+        print(f"redrove {n} of {len(entries)} message(s)")
     return 0
 
 
@@ -247,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int)
     d.add_argument(
         "--to-origin", action="store_true", help="redrive to the original topic (all groups)"
+    )
+    d.add_argument(
+        "--skip-missing-bodies",
+        action="store_true",
+        help="redrive the others when a body-omitted entry's body is gone (default: refuse)",
     )
     _add_kafka_args(d)
     d.set_defaults(func=_cmd_dlq)

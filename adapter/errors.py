@@ -93,3 +93,20 @@ class AuthenticationError(KafkaClientError):
 
 class ClientClosedError(AdapterError, RuntimeError):
     """The client was used after ``shutdown()`` or before ``start()``."""
+
+
+class DeadLetterBodyError(AdapterError):
+    """Dead letters sent without their body (too large) whose body cannot be fetched back.
+
+    ``missing`` holds ``(msg_id, where the body was, why it cannot be read)`` per entry.
+    Raised before anything is redriven.
+    """
+
+    def __init__(self, missing: list[tuple[str, str, str]]) -> None:
+        shown = "; ".join(f"{m} (body at {w}): {why}" for m, w, why in missing[:5])
+        more = f"; and {len(missing) - 5} more" if len(missing) > 5 else ""
+        super().__init__(
+            f"{len(missing)} dead letter(s) left out their body and it cannot be fetched back, "
+            f"so nothing was redriven: {shown}{more}"
+        )
+        self.missing = missing

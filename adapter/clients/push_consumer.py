@@ -66,13 +66,19 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     DEFAULT_SEND_BACK_RETRY_INTERVAL_S,
-    HEADER_BODY_OMITTED,
     HOP_MESSAGE_MAX_BYTES,
     PROPERTY_CONSUME_START_TIMESTAMP,
 )
 from adapter.core import naming
 from adapter.core.clock import Clock
-from adapter.core.codec import Failure, decode_record, dlq_headers, logical_topic, retry_headers
+from adapter.core.codec import (
+    Failure,
+    OmittedBody,
+    decode_record,
+    dlq_headers,
+    logical_topic,
+    retry_headers,
+)
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.filter import TagFilter
 from adapter.core.message import MessageExt
@@ -888,9 +894,10 @@ class PushConsumer:
                 msg, group=self.group, reason=dest.reason.value, now_ms=now, failure=failure
             )
             if omit_body:
-                where = f"{msg.kafka_topic}[{msg.queue_id}]@{msg.queue_offset}"
                 headers.append(
-                    (HEADER_BODY_OMITTED, f"{len(msg.body)} bytes; body at {where}".encode())
+                    OmittedBody(
+                        len(msg.body), msg.kafka_topic, msg.queue_id, msg.queue_offset
+                    ).header()
                 )
 
         pending = _SendBack(tp, generation, msg, dest, failure, trace, omit_body, alone)

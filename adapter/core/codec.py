@@ -14,11 +14,13 @@ Decoding rules for headers that are malformed (each leaves a note in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.constants import (
     FAILURE_MESSAGE_MAX_CHARS,
+    HEADER_BODY_OMITTED,
     HEADER_DLQ_REASON,
     HEADER_DLQ_TIME_MS,
     HEADER_DUE_MS,
@@ -48,7 +50,7 @@ from adapter.constants import (
 )
 from adapter.core.message import Message, MessageExt, RawHeader
 from adapter.core.naming import dlq_topic, from_kafka, is_retry_topic, retry_topic, to_kafka
-from adapter.errors import TopicNameError
+from adapter.errors import MalformedHeaderError, TopicNameError
 
 _LOGICAL_CACHE: dict[str, str] = {}
 
@@ -369,6 +371,49 @@ def forward_headers(raw: Sequence[RawHeader]) -> list[tuple[str, bytes | None]]:
         out.pop(key, None)
         out[key] = value
     return _finish(out)
+
+
+_OMITTED = re.compile(r"^([0-9]+) bytes; body at ([A-Za-z0-9._-]+)\[([0-9]+)\]@([0-9]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class OmittedBody:
+    """Where the body of a dead letter sent without it stays (header ``RMQ_BODY_OMITTED``).
+
+    The broker refused even the dead-letter copy (too large), so the DLQ entry names the
+    record it was read from instead; ``dlq redrive`` fetches the body from there.
+    """
+
+    size: int
+    kafka_topic: str
+    partition: int
+    offset: int
+
+    def header(self) -> tuple[str, bytes]:
+        return HEADER_BODY_OMITTED, f"{self.size} bytes; body at {self.where}".encode()
+
+    @property
+    def where(self) -> str:
+        return f"{self.kafka_topic}[{self.partition}]@{self.offset}"
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str]) -> OmittedBody | None:
+        """The omitted body named by a decoded message's properties; ``None`` if it has its body.
+
+        Raises :class:`MalformedHeaderError` (naming the header and its value) when the header
+        is there but unreadable.
+        """
+        text = properties.get(HEADER_BODY_OMITTED)
+        if text is None:
+            return None
+        m = _OMITTED.match(text)
+        if m is None:
+            raise MalformedHeaderError(
+                HEADER_BODY_OMITTED,
+                text,
+                "expected '<size> bytes; body at <kafka topic>[<partition>]@<offset>'",
+            )
+        return cls(int(m[1]), m[2], int(m[3]), int(m[4]))
 
 
 def replace_headers(

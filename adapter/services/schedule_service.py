@@ -76,7 +76,13 @@ from adapter.constants import (
 )
 from adapter.core import naming
 from adapter.core.clock import Clock
-from adapter.core.codec import HeaderView, forward_headers, parse_non_negative, replace_headers
+from adapter.core.codec import (
+    HeaderView,
+    OmittedBody,
+    forward_headers,
+    parse_non_negative,
+    replace_headers,
+)
 from adapter.core.delay import UNIT_MS, DelayLevels
 from adapter.core.offsets import PartitionTracker
 from adapter.core.schedule import Forward, Invalid, Repark, Wait, decide
@@ -904,11 +910,14 @@ class ScheduleService:
 def _without_body(tp: TP, msg: Any, out: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The dead-letter record without the body the broker will not take even alone; the body
     stays in the delay topic (until its retention), named by ``RMQ_BODY_OMITTED``."""
-    size = len(msg.value() or b"")
-    where = f"{tp[0]}[{tp[1]}]@{msg.offset()}"
-    log.error("the dead-letter copy of %s is too large: sent without its %d-byte body", where, size)
+    omitted = OmittedBody(len(msg.value() or b""), tp[0], tp[1], msg.offset())
+    log.error(
+        "the dead-letter copy of %s is too large: sent without its %d-byte body",
+        omitted.where,
+        omitted.size,
+    )
     headers = [h for h in out[1].get("headers", []) if h[0] != HEADER_BODY_OMITTED]
-    headers.append((HEADER_BODY_OMITTED, f"{size} bytes; body at {where}".encode()))
+    headers.append(omitted.header())
     return out[0], {**out[1], "headers": headers, "value": None}
 
 

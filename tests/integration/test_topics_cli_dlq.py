@@ -11,14 +11,23 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    OffsetSpec,
+)
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.clients.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
+from adapter.core.message import MessageExt
 from adapter.demo import run_demo
-from adapter.services.dlq import read_dlq, redrive
+from adapter.errors import DeadLetterBodyError, MalformedHeaderError
+from adapter.services.dlq import DeadLetterEntry, read_dlq, redrive
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +179,137 @@ def test_dlq_list_and_redrive_round_trip(
         assert redrive(conf, group, [entry]) == 1
         _wait(lambda: ("order-1", 0, topic) in seen[2:], what="the redriven message")
     assert seen[:2] == [("order-1", 0, topic), ("order-1", 1, topic)]
+
+
+def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """A DLQ that refuses a large dead letter gets it without its body (RMQ_BODY_OMITTED);
+    redrive reads the body back from the record it names, and when that record has been
+    deleted it refuses (naming the message) instead of sending an empty body."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = kafka_topic_factory("dlq-big")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    ensure_group_topics(conf, group, delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
+    admin = AdminClient(conf)
+    dlq = ConfigResource(
+        "topic",
+        naming.to_kafka(naming.dlq_topic(group)),
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([dlq])[dlq].result(timeout=10)
+    big = bytes(range(256)) * 20  # 5120 bytes: more than the DLQ takes
+    healed = threading.Event()
+    seen: list[tuple[bytes, int, str, dict[str, str]]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        m = msgs[0]
+        seen.append((m.body, m.reconsume_times, m.topic, dict(m.properties)))
+        if healed.is_set():
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        ctx.delay_level_when_next_consume = -1  # straight to the DLQ
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    consumer = PushConsumer(
+        {**conf, "group.id": group, "auto.offset.reset": "earliest"},
+        delay_levels=LEVELS,
+        namespace=ns,
+        partitions=1,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    with consumer:
+        with Producer(conf) as p:
+            p.send(Message(topic=topic, body=big, keys=["big"]))
+            p.send(Message(topic=topic, body=b"small", keys=["small"]))
+        _wait(lambda: len(read_dlq(conf, group)) == 2, what="the two DLQ entries")
+        entries = sorted(read_dlq(conf, group), key=lambda e: e.message.keys or "")
+        large, small = entries
+        assert large.message.body == b"" and large.message.keys == "big"
+        omitted = large.omitted_body
+        assert omitted is not None and omitted.size == len(big)
+        assert (omitted.kafka_topic, omitted.partition, omitted.offset) == (topic, 0, 0)
+        assert small.omitted_body is None and small.message.body == b"small"
+
+        healed.set()
+        assert redrive(conf, group, entries) == 2
+        _wait(lambda: len(seen) == 4, what="the two redriven messages")
+        redriven = {body: (times, t, props) for body, times, t, props in seen[2:]}
+        assert set(redriven) == {big, b"small"}  # the whole body, byte for byte
+        assert redriven[big][:2] == (0, topic)
+        assert "RMQ_BODY_OMITTED" not in redriven[big][2]
+
+    # the original record is deleted (retention): redrive refuses, naming the message
+    gone = TopicPartition(topic, 0, 2)
+    admin.delete_records([gone])[gone].result(timeout=10)
+    with pytest.raises(DeadLetterBodyError) as info:
+        redrive(conf, group, entries)
+    [(msg_id, where, why)] = info.value.missing
+    assert msg_id == large.message.msg_id and where == f"{topic}[0]@0"
+    assert "no longer there" in why and large.message.msg_id in str(info.value)
+    retry = naming.to_kafka(naming.retry_topic(group))
+
+    def retry_end() -> int:  # records in the retry topic, all partitions
+        parts = admin.list_topics(retry, timeout=10).topics[retry].partitions
+        ask = {TopicPartition(retry, p): OffsetSpec.latest() for p in parts}
+        return sum(f.result(timeout=10).offset for f in admin.list_offsets(ask).values())
+
+    before = retry_end()
+    # the CLI says the same and exits non-zero; --skip-missing-bodies sends the rest
+    out = _cli("dlq", "redrive", "--group", group, "-b", kafka_bootstrap_servers)
+    assert out.returncode != 0 and large.message.msg_id in out.stderr, out
+    out = _cli(
+        "dlq", "redrive", "--group", group, "--skip-missing-bodies", "-b", kafka_bootstrap_servers
+    )
+    assert out.returncode == 0 and "redrove 1 of 2" in out.stdout, out
+    assert retry_end() == before + 1
+
+
+def test_redrive_refuses_an_omitted_body_that_does_not_match_or_cannot_be_read(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """The record an omitted body points at must be the same message (size, message id);
+    a malformed RMQ_BODY_OMITTED names the header and its value.  Nothing is sent."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = kafka_topic_factory("dlq-point")
+    with Producer(conf) as p:
+        sent = p.send(Message(topic=topic, body=b"abc"))
+
+    def entry(omitted: str, msg_id: str) -> DeadLetterEntry:
+        props = {"RMQ_BODY_OMITTED": omitted, "UNIQ_KEY": msg_id}
+        raw = tuple((k, v.encode()) for k, v in props.items())
+        msg = MessageExt(
+            topic=topic,
+            body=b"",
+            msg_id=msg_id,
+            queue_id=0,
+            queue_offset=0,
+            kafka_topic="elsewhere",
+            properties=props,
+            raw_headers=raw,
+        )
+        return DeadLetterEntry.of(msg)
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    cases = {
+        f"9 bytes; body at {topic}[0]@0": (sent.msg_id, "has 3 bytes, not 9"),
+        f"3 bytes; body at {topic}[0]@0": ("OTHER", f"is message {sent.msg_id}"),
+        f"3 bytes; body at {topic}[0]@7": (sent.msg_id, "no longer there"),
+    }
+    for omitted, (msg_id, why) in cases.items():
+        with pytest.raises(DeadLetterBodyError) as info:
+            redrive(conf, group, [entry(omitted, msg_id)], timeout_s=10)
+        [(_, where, said)] = info.value.missing
+        assert why in said and where == omitted.split(" at ")[1], said
+    with pytest.raises(MalformedHeaderError) as bad:
+        redrive(conf, group, [entry("3 bytes at the usual place", sent.msg_id)])
+    assert bad.value.field == "RMQ_BODY_OMITTED"
+    assert bad.value.value == "3 bytes at the usual place"
+    # the right pointer works
+    assert redrive(conf, group, [entry(f"3 bytes; body at {topic}[0]@0", sent.msg_id)]) == 1
 
 
 def test_demo_runs_green_on_the_broker(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from adapter.constants import (
     FAILURE_MESSAGE_MAX_CHARS,
+    HEADER_BODY_OMITTED,
     HEADER_DLQ_REASON,
     HEADER_DLQ_TIME_MS,
     HEADER_DUE_MS,
@@ -39,6 +40,7 @@ from adapter.constants import (
 from adapter.core.codec import (
     Failure,
     HeaderView,
+    OmittedBody,
     decode_record,
     derived_message_id,
     dlq_headers,
@@ -54,6 +56,7 @@ from adapter.core.delay import DelayLevels
 from adapter.core.message import Message, MessageExt
 from adapter.core.naming import dlq_topic, retry_topic, schedule_topic, to_kafka
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, route_failed
+from adapter.errors import MalformedHeaderError
 
 pytestmark = pytest.mark.unit
 
@@ -737,3 +740,42 @@ class TestScheduleAndReplaceHeaders:
     def test_user_headers(self) -> None:
         raw = [("u", b"1"), (PROPERTY_UNIQ_KEY, b"x"), ("u", b"2"), (HEADER_GROUP, b"g")]
         assert user_headers(raw) == {"u": b"2"}
+
+
+class TestOmittedBody:
+    """``RMQ_BODY_OMITTED``: where a dead letter's body stays when the DLQ refused it."""
+
+    @given(
+        st.integers(min_value=0, max_value=2**40),
+        st.text("abcXYZ019._-", min_size=1, max_size=249),
+        st.integers(min_value=0, max_value=2**31 - 1),
+        st.integers(min_value=0, max_value=2**62),
+    )
+    def test_round_trip(self, size: int, topic: str, partition: int, offset: int) -> None:
+        body = OmittedBody(size, topic, partition, offset)
+        key, value = body.header()
+        assert key == HEADER_BODY_OMITTED
+        assert OmittedBody.of({key: value.decode()}) == body
+
+    def test_reads_the_documented_format(self) -> None:
+        text = "5120 bytes; body at orders.v1[3]@42"
+        assert OmittedBody.of({HEADER_BODY_OMITTED: text}) == OmittedBody(5120, "orders.v1", 3, 42)
+
+    def test_absent_means_the_body_is_there(self) -> None:
+        assert OmittedBody.of({"u": "1"}) is None
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            "",
+            "5120 bytes",
+            "x bytes; body at t[0]@1",
+            "1 bytes; body at t[0]@-1",
+            "1 bytes; body at t/x[0]@1",
+        ],
+    )
+    def test_malformed_names_the_header_and_value(self, bad: str) -> None:
+        with pytest.raises(MalformedHeaderError) as info:
+            OmittedBody.of({HEADER_BODY_OMITTED: bad})
+        assert info.value.field == HEADER_BODY_OMITTED
+        assert info.value.value == bad
