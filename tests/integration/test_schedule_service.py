@@ -10,18 +10,20 @@ receives it is not before send time + the level delay.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+# tests/integration is not a package: pytest puts it on sys.path
+from _procs import ServiceProcess
+from collector import Arrival, Collector, now_ms
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
+from consumer_helpers import wait_until
 
 from adapter.clients.producer import Producer, SendResult
 from adapter.clients.topics import plan_topics
@@ -36,7 +38,6 @@ from adapter.constants import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
@@ -48,11 +49,6 @@ from adapter.services.schedule_service import (
 )
 from adapter.testing import TopicFactory
 
-try:  # tests/integration is not a package: pytest puts it on sys.path
-    from _procs import ServiceProcess
-except ModuleNotFoundError:  # pragma: no cover - if it becomes one
-    from tests.integration._procs import ServiceProcess
-
 pytestmark = pytest.mark.integration
 
 LEVELS = "200ms 400ms 600ms 1s"
@@ -62,131 +58,9 @@ TOLERANCE_MS = 1500
 SESSION = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"no {what} within {timeout}s")
-        time.sleep(0.02)
-
-
 # --------------------------------------------------------------------------------------------
 # reading the real topic
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Received:
-    value: bytes
-    headers: dict[str, str]
-    header_keys: tuple[str, ...]
-    created_ms: int  # record CreateTime: when the service forwarded it
-    received_ms: int  # when this test's consumer got it
-    partition: int
-    offset: int
-
-    @property
-    def due_ms(self) -> int:
-        return int(self.headers[HEADER_DUE_MS])
-
-    @property
-    def uniq(self) -> str:
-        return self.headers[PROPERTY_UNIQ_KEY]
-
-
-class Collector:
-    """Reads every partition of a topic from the beginning on a background thread, stamping
-    each record with the time it arrived."""
-
-    def __init__(
-        self, bootstrap: str, topic: str, partitions: int = 1, *, read_committed: bool = True
-    ) -> None:
-        self.topic = topic
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"qa-collect-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        self._consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        )
-        self.records: list[Received] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name="qa-collector", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while self._running:
-            msg = self._consumer.poll(0.05)
-            if msg is None:
-                continue
-            if msg.error():
-                self.errors.append(msg.error().str())
-                continue
-            got = now_ms()
-            raw = msg.headers() or []
-            rec = Received(
-                value=msg.value(),
-                headers={k: (v or b"").decode("utf-8", "replace") for k, v in raw},
-                header_keys=tuple(k for k, _ in raw),
-                created_ms=msg.timestamp()[1],
-                received_ms=got,
-                partition=msg.partition(),
-                offset=msg.offset(),
-            )
-            with self._lock:
-                self.records.append(rec)
-
-    def snapshot(self) -> list[Received]:
-        with self._lock:
-            return list(self.records)
-
-    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate(self.snapshot()):
-            if time.monotonic() >= deadline:
-                got = self.snapshot()
-                raise AssertionError(
-                    f"{self.topic}: condition not met within {timeout}s; {len(got)} records: "
-                    f"{[r.value for r in got][:50]}"
-                )
-            time.sleep(0.02)
-
-    def wait_count(self, n: int, timeout: float) -> list[Received]:
-        self.wait_for(lambda recs: len(recs) >= n, timeout)
-        return self.snapshot()
-
-    def wait_values(self, values: set[bytes], timeout: float) -> list[Received]:
-        self.wait_for(lambda recs: values <= {r.value for r in recs}, timeout)
-        return self.snapshot()
-
-    def drain(self, quiet_s: float = 1.0, timeout: float = 10.0) -> list[Received]:
-        """Wait until nothing new arrived for ``quiet_s`` (bounded): catches late duplicates."""
-        deadline = time.monotonic() + timeout
-        count, since = len(self.snapshot()), time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            now = len(self.snapshot())
-            if now != count:
-                count, since = now, time.monotonic()
-            elif time.monotonic() - since >= quiet_s:
-                break
-        return self.snapshot()
-
-    def close(self) -> None:
-        self._running = False
-        self._thread.join(5)
-        self._consumer.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,7 +186,7 @@ def h(conf: dict[str, Any], namespace: str) -> Iterator[Harness]:
 
 
 def assert_on_time(
-    rec: Received, sent_ms: int, delay_ms: int, tolerance: int = TOLERANCE_MS
+    rec: Arrival, sent_ms: int, delay_ms: int, tolerance: int = TOLERANCE_MS
 ) -> None:
     """Not early (forward time vs due, receive time vs send + delay) and not too late."""
     assert rec.created_ms >= rec.due_ms, (
@@ -378,10 +252,10 @@ def test_scheduled_messages_arrive_when_due_with_their_properties(
         before, level, result = sent[rec.value]
         assert_on_time(rec, before, levels.delay_ms(level))
         assert rec.uniq == result.msg_id
-        assert rec.headers[PROPERTY_TAGS] == "TagS"
-        assert rec.headers[PROPERTY_KEYS] == "k1 k2"
-        assert rec.headers["trace"] == f"t{level}"
-        assert rec.headers[PROPERTY_REAL_TOPIC] == kafka_topic
+        assert rec.text(PROPERTY_TAGS) == "TagS"
+        assert rec.text(PROPERTY_KEYS) == "k1 k2"
+        assert rec.text("trace") == f"t{level}"
+        assert rec.text(PROPERTY_REAL_TOPIC) == kafka_topic
         assert PROPERTY_DELAY_TIME_LEVEL not in rec.headers  # dropped on forward
         assert len(rec.header_keys) == len(set(rec.header_keys))
     assert svc.stats.forwarded == len(sent)
@@ -450,7 +324,7 @@ def test_absolute_deliver_time_cascades_and_is_never_early(h: Harness, kafka_top
         if rec.value == b"past":
             continue
         deliver = targets[rec.value]
-        assert int(rec.headers[PROPERTY_TIMER_DELIVER_MS]) == deliver
+        assert int(rec.text(PROPERTY_TIMER_DELIVER_MS)) == deliver
         assert rec.created_ms >= deliver, f"{rec.value!r} forwarded early"
         assert rec.received_ms >= deliver
         assert rec.received_ms <= deliver + TOLERANCE_MS, (
@@ -543,12 +417,12 @@ def test_malformed_entries_go_to_the_service_dlq_and_good_ones_keep_flowing(
     assert set(dead) == set(bad)
     logical_topic = naming.from_kafka(topic)
     for body, (_, words) in bad.items():
-        headers = dead[body].headers
-        assert headers[HEADER_DLQ_REASON] == INVALID_SCHEDULE_ENTRY
-        reason = headers[HEADER_FAILURE_MESSAGE]
+        entry = dead[body]
+        assert entry.text(HEADER_DLQ_REASON) == INVALID_SCHEDULE_ENTRY
+        reason = entry.text(HEADER_FAILURE_MESSAGE) or ""
         for word in words:
             assert word in reason, f"{body!r}: {reason!r} should mention {word!r}"
-        assert headers[PROPERTY_DLQ_ORIGIN_TOPIC] == logical_topic
+        assert entry.text(PROPERTY_DLQ_ORIGIN_TOPIC) == logical_topic
     assert svc.stats.invalid == len(bad)
 
     # checking the destination must not create it (brokers may auto-create topics)

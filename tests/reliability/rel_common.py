@@ -10,152 +10,39 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
 import uuid
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka import Producer as RawProducer
 
 _INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.append(_INTEGRATION)
 
-from consumer_helpers import wait_until  # noqa: E402  (re-exported for the suites)
+# re-exported for the suites in this folder
+from collector import Arrival, Collector, now_ms  # noqa: E402
+from consumer_helpers import wait_until  # noqa: E402
+
+__all__ = [
+    "FULL",
+    "Arrival",
+    "Collector",
+    "delete_topics",
+    "now_ms",
+    "planned_kafka_topics",
+    "produce_raw",
+    "unique",
+    "wait_until",
+]
 
 #: ``RMQ_RELIABILITY_FULL=1`` runs the heavier variants (more kills, bigger backlogs).
 FULL = os.environ.get("RMQ_RELIABILITY_FULL", "").strip() not in ("", "0", "false", "no")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def unique(prefix: str = "") -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
-
-
-# --------------------------------------------------------------------------------------------
-# reading a topic, stamping arrivals
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    value: bytes | None
-    headers: dict[str, bytes | None]  # last value per key
-    created_ms: int  # record timestamp (CreateTime: when the forwarding producer made it)
-    received_ms: int  # when this collector got it
-    partition: int
-    offset: int
-
-    def text(self, key: str) -> str | None:
-        raw = self.headers.get(key)
-        return None if raw is None else raw.decode("utf-8", "replace")
-
-
-class Collector:
-    """Reads every partition of ``topic`` from the beginning on a background thread."""
-
-    def __init__(
-        self, bootstrap: str, topic: str, partitions: int, *, read_committed: bool = True
-    ) -> None:
-        self.topic = topic
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"rel-collect-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        self._consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        )
-        self._records: list[Arrival] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name="rel-collector", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while self._running:
-            batch = self._consumer.consume(1000, 0.05)
-            if not batch:
-                continue
-            got = now_ms()
-            out = []
-            for msg in batch:
-                if msg.error():
-                    self.errors.append(msg.error().str())
-                    continue
-                headers: dict[str, bytes | None] = {}
-                for k, v in msg.headers() or []:
-                    headers[k] = v
-                out.append(
-                    Arrival(
-                        msg.value(),
-                        headers,
-                        msg.timestamp()[1],
-                        got,
-                        msg.partition(),
-                        msg.offset(),
-                    )
-                )
-            with self._lock:
-                self._records.extend(out)
-
-    def snapshot(self) -> list[Arrival]:
-        with self._lock:
-            return list(self._records)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._records)
-
-    def values(self) -> Counter[bytes | None]:
-        with self._lock:
-            return Counter(r.value for r in self._records)
-
-    def wait_values(self, wanted: set[bytes], timeout: float) -> list[Arrival]:
-        def have_all() -> bool:
-            with self._lock:
-                return wanted <= {r.value for r in self._records}
-
-        try:
-            wait_until(have_all, timeout, f"{len(wanted)} values on {self.topic}", 0.1)
-        except AssertionError:
-            missing = wanted - set(self.values())
-            raise AssertionError(
-                f"{self.topic}: {len(missing)} of {len(wanted)} never arrived, e.g. "
-                f"{sorted(missing)[:10]}"
-            ) from None
-        return self.snapshot()
-
-    def drain(self, quiet_s: float = 1.0, timeout: float = 15.0) -> list[Arrival]:
-        """Wait until nothing new arrived for ``quiet_s`` (bounded): catches late repeats."""
-        deadline = time.monotonic() + timeout
-        count, since = len(self), time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            n = len(self)
-            if n != count:
-                count, since = n, time.monotonic()
-            elif time.monotonic() - since >= quiet_s:
-                break
-        return self.snapshot()
-
-    def close(self) -> None:
-        self._running = False
-        self._thread.join(5)
-        self._consumer.close()
 
 
 # --------------------------------------------------------------------------------------------
