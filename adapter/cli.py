@@ -180,14 +180,16 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
             )
         print(f"{len(entries)} dead letter(s) in %DLQ%{args.group}", file=sys.stderr)
     else:
-        n = redrive(
+        result = redrive(
             config,
             args.group,
             entries,
             to_origin=args.to_origin,
             skip_missing_bodies=args.skip_missing_bodies,
         )
-        print(f"redrove {n} of {len(entries)} message(s)")
+        for msg_id, where, why in result.skipped:
+            print(f"skipped {msg_id} (body at {where}): {why}", file=sys.stderr)
+        print(f"redrove {result.sent} of {len(entries)} message(s)")
     return 0
 
 

@@ -373,7 +373,12 @@ def forward_headers(raw: Sequence[RawHeader]) -> list[tuple[str, bytes | None]]:
     return _finish(out)
 
 
-_OMITTED = re.compile(r"^([0-9]+) bytes; body at ([A-Za-z0-9._-]+)\[([0-9]+)\]@([0-9]+)$")
+_OMITTED = re.compile(
+    r"([0-9]{1,19}) bytes; body at ([A-Za-z0-9._-]{1,249})\[([0-9]{1,10})\]@([0-9]{1,19})"
+)
+
+
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,8 +411,8 @@ class OmittedBody:
         text = properties.get(HEADER_BODY_OMITTED)
         if text is None:
             return None
-        m = _OMITTED.match(text)
-        if m is None:
+        m = _OMITTED.fullmatch(text)
+        if m is None or int(m[3]) > _INT32_MAX:
             raise MalformedHeaderError(
                 HEADER_BODY_OMITTED,
                 text,

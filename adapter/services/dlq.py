@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,12 +12,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import Producer as _KafkaProducer
 
 from adapter.clients.config import check_kafka_config, producer_config
-from adapter.clients.kafka_errors import AUTH_CODES, make_client, send_error
+from adapter.clients.kafka_errors import AUTH_CODES, is_too_large, make_client, send_error
 from adapter.constants import (
     HEADER_BODY_OMITTED,
     HEADER_DLQ_REASON,
+    HEADER_DLQ_TIME_MS,
     HEADER_FAILURE_MESSAGE,
     HEADER_FAILURE_TYPE,
+    HOP_MESSAGE_MAX_BYTES,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
@@ -25,7 +29,12 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.codec import OmittedBody, decode_record, replace_headers
 from adapter.core.message import MessageExt
-from adapter.errors import AuthenticationError, DeadLetterBodyError
+from adapter.errors import (
+    AdapterError,
+    AuthenticationError,
+    DeadLetterBodyError,
+    MalformedHeaderError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +64,14 @@ class DeadLetterEntry:
         return OmittedBody.of(self.message.properties)
 
 
-def _reader(config: Mapping[str, Any]) -> Any:
+def _reader(config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Any:
     conf = dict(check_kafka_config(config, "dlq reader"))
     conf.update(
         {
             "group.id": f"rmq-dlq-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **(extra or {}),
         }
     )
     return make_client(Consumer, conf, what="DLQ reader")
@@ -126,6 +136,44 @@ def read_dlq(
         consumer.close()
 
 
+#: Headers only a dead letter carries: a redriven message starts a new life without them
+#: (which also keeps a copy whose body was too large for the DLQ as small as it can be).
+_DEAD_LETTER_ONLY = (
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TIME_MS,
+    HEADER_FAILURE_TYPE,
+    HEADER_FAILURE_MESSAGE,
+    HEADER_BODY_OMITTED,
+)
+
+Problem = tuple[str, str, str]
+"""``(msg_id, where, why)``: an entry that was not redriven."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """What :func:`redrive` did: how many entries the broker acknowledged, which were skipped
+    (body gone, with ``skip_missing_bodies``) and which the broker refused."""
+
+    sent: int
+    skipped: tuple[Problem, ...] = ()
+    failed: tuple[Problem, ...] = ()
+
+
+class RedriveError(AdapterError):
+    """Some dead letters could not be sent back; ``result`` says which, and what was sent."""
+
+    def __init__(self, result: RedriveResult) -> None:
+        shown = "; ".join(f"{m}: {why}" for m, _, why in result.failed[:5])
+        super().__init__(
+            f"{len(result.failed)} dead letter(s) could not be redriven ({result.sent} were): "
+            f"{shown}"
+        )
+        self.result = result
+
+
 def redrive(
     config: Mapping[str, Any],
     group: str,
@@ -134,97 +182,172 @@ def redrive(
     to_origin: bool = False,
     skip_missing_bodies: bool = False,
     timeout_s: float = 30.0,
-) -> int:
-    """Send DLQ entries back for consumption; returns how many were acknowledged.
+) -> RedriveResult:
+    """Send DLQ entries back for consumption.
 
     By default an entry goes to ``%RETRY%<group>`` with ``RECONSUME_TIME`` reset to 0, so
     only the failing group consumes it again (and sees its original topic); with
-    ``to_origin`` it goes back to the original topic, for every group.
+    ``to_origin`` it goes back to the original topic, for every group.  The dead-letter
+    headers (reason, time, last failure) are left behind.
 
     An entry sent to the DLQ without its body (``RMQ_BODY_OMITTED``: too large even alone)
     is redriven with the body read back from the record it names.  When that record is gone
     (retention) or is not the same message, :class:`DeadLetterBodyError` lists those entries
-    and nothing is sent; ``skip_missing_bodies`` sends the others instead.  An empty body is
-    never sent in place of an omitted one.
+    and nothing is sent; ``skip_missing_bodies`` sends the others and reports the rest in
+    ``RedriveResult.skipped``.  An empty body is never sent in place of an omitted one.
+    Entries the broker refuses raise :class:`RedriveError` once every other entry is sent.
     """
-    bodies: dict[int, bytes] = {}
-    omitted = {i: e.omitted_body for i, e in enumerate(entries)}
-    wanted = {i: o for i, o in omitted.items() if o is not None}
-    if wanted:
-        bodies, missing = _fetch_bodies(config, entries, wanted, timeout_s)
-        if missing and not skip_missing_bodies:
-            raise DeadLetterBodyError(missing)
+    bodies, missing = _bodies(config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s)
+    if missing and not skip_missing_bodies:
+        raise DeadLetterBodyError(missing)
     conf = producer_config(check_kafka_config(config, "dlq redrive"))
     conf["enable.idempotence"] = True
-    producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
-    errors: list[Exception] = []
-    acked = 0
-
-    def on_delivery(err: Any, kmsg: Any) -> None:
-        nonlocal acked
-        if err is None:
-            acked += 1
-        else:
-            errors.append(send_error(err, kmsg))
-
+    conf.setdefault("message.max.bytes", HOP_MESSAGE_MAX_BYTES)
+    records: list[tuple[str, str, dict[str, Any]]] = []
     for i, entry in enumerate(entries):
         msg = entry.message
-        body = msg.body
-        if i in wanted:
-            if i not in bodies:
-                continue  # skipped: its body is gone
-            body = bodies[i]
+        body = bodies.get(i, msg.body)
+        if body is None:
+            continue  # skipped: its omitted body cannot be read back
         origin = entry.origin_topic or msg.topic
-        target = origin if to_origin else naming.retry_topic(group)
-        headers = replace_headers(
-            msg.raw_headers,
-            {PROPERTY_RECONSUME_TIME: 0, PROPERTY_RETRY_TOPIC: origin, HEADER_BODY_OMITTED: None},
-        )
-        producer.produce(
-            naming.to_kafka(target),
-            value=body,
-            key=msg.sharding_key,
-            headers=headers,
-            on_delivery=on_delivery,
-        )
-    producer.flush(timeout_s)
-    if errors:
-        raise errors[0]
-    return acked
+        target = naming.to_kafka(origin if to_origin else naming.retry_topic(group))
+        updates: dict[str, str | int | None] = dict.fromkeys(_DEAD_LETTER_ONLY)
+        updates.update({PROPERTY_RECONSUME_TIME: 0, PROPERTY_RETRY_TOPIC: origin})
+        record = {
+            "value": body,
+            "key": msg.sharding_key,
+            "headers": replace_headers(msg.raw_headers, updates),
+        }
+        records.append((msg.msg_id, target, record))
+    producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
+    sent, failed, too_large = _send(producer, records, timeout_s, alone=False)
+    for one in too_large:  # refused with its batch: judged again in a batch of its own
+        n, why, _ = _send(producer, [one], timeout_s, alone=True)
+        sent += n
+        failed.extend(why)
+    result = RedriveResult(sent, tuple(missing), tuple(failed))
+    if failed:
+        raise RedriveError(result)
+    return result
 
 
-def _fetch_bodies(
-    config: Mapping[str, Any],
-    entries: list[DeadLetterEntry],
-    wanted: Mapping[int, OmittedBody],
-    timeout_s: float,
-) -> tuple[dict[int, bytes], list[tuple[str, str, str]]]:
-    """Read the omitted bodies back from the records they were read from."""
-    bodies: dict[int, bytes] = {}
-    missing: list[tuple[str, str, str]] = []
-    consumer = _reader(config)
+Record = tuple[str, str, dict[str, Any]]
+"""``(msg_id, kafka topic, produce() keyword arguments)``."""
+
+
+def _send(
+    producer: Any, records: list[Record], timeout_s: float, *, alone: bool
+) -> tuple[int, list[Problem], list[Record]]:
+    """Produce and flush: how many were acknowledged, which failed, and (unless ``alone``)
+    which were refused as too large, maybe only for the batch they were in."""
+    failed: list[Problem] = []
+    too_large: list[Record] = []
+    acked = 0
+
+    def on_delivery(one: Record) -> Any:
+        def done(err: Any, kmsg: Any) -> None:
+            nonlocal acked
+            if err is None:
+                acked += 1
+            elif is_too_large(err) and not alone:
+                too_large.append(one)
+            else:
+                failed.append((one[0], one[1], str(send_error(err, kmsg))))
+
+        return done
+
+    left = 0
+    try:
+        for one in records:
+            msg_id, topic, record = one
+            why = _produce(producer, topic, {**record, "on_delivery": on_delivery(one)})
+            if why is not None:
+                failed.append((msg_id, topic, why))
+    finally:
+        left = producer.flush(timeout_s)
+    if left:
+        failed.append(("?", "", f"{left} record(s) not acknowledged in {timeout_s:g} s: unknown"))
+    return acked, failed, too_large
+
+
+def _produce(producer: Any, topic: str, record: dict[str, Any]) -> str | None:
+    """Queue one record; why the client refused it before sending (e.g. too large), if so."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return None
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.5)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else exc
+            why = str(send_error(err)) if isinstance(err, KafkaError) else str(err)
+            return f"{why} ({len(record['value'])}-byte body)"
+
+
+def _bodies(
+    config: Mapping[str, Any], entries: list[DeadLetterEntry], *, strict: bool, timeout_s: float
+) -> tuple[dict[int, bytes | None], list[Problem]]:
+    """The bodies of the entries sent to the DLQ without one, read back from the records they
+    name; ``None`` (and a problem) where that cannot be done.
+
+    A malformed ``RMQ_BODY_OMITTED`` raises :class:`MalformedHeaderError` when ``strict``,
+    else it is one more problem.
+    """
+    wanted: dict[int, OmittedBody] = {}
+    bodies: dict[int, bytes | None] = {}
+    missing: list[Problem] = []
+    for i, entry in enumerate(entries):
+        try:
+            where = entry.omitted_body
+        except MalformedHeaderError as exc:
+            if strict:
+                raise
+            bodies[i] = None
+            missing.append((entry.message.msg_id, "?", str(exc)))
+            continue
+        if where is None:
+            continue
+        if where.size and len(entry.message.body) == where.size:
+            continue  # the body is there after all
+        wanted[i] = where
+    if not wanted:
+        return bodies, missing
+    consumer = _reader(config, {"auto.offset.reset": "error"})
+    read: dict[OmittedBody, Any] = {}
     try:
         for i, where in wanted.items():
-            entry = entries[i].message
-            found = _read_one(consumer, where, timeout_s)
-            if isinstance(found, str):
-                missing.append((entry.msg_id, where.where, found))
-                continue
-            body = found.value() or b""
-            if len(body) != where.size:
-                why = f"the record there has {len(body)} bytes, not {where.size}"
-                missing.append((entry.msg_id, where.where, why))
-                continue
-            theirs = dict(found.headers() or []).get(PROPERTY_UNIQ_KEY)
-            ours = entry.properties.get(PROPERTY_UNIQ_KEY)
-            if theirs is not None and ours is not None and theirs.decode(errors="replace") != ours:
-                why = f"the record there is message {theirs.decode(errors='replace')}"
-                missing.append((entry.msg_id, where.where, why))
-                continue
-            bodies[i] = body
+            msg = entries[i].message
+            if where not in read:
+                read[where] = _read_one(consumer, where, timeout_s)
+            found = read[where]
+            why = found if isinstance(found, str) else _mismatch(found, where, msg)
+            if why is not None:
+                bodies[i] = None
+                missing.append((msg.msg_id, where.where, why))
+            else:
+                bodies[i] = found.value() or b""
     finally:
         consumer.close()
     return bodies, missing
+
+
+def _mismatch(found: Any, where: OmittedBody, msg: MessageExt) -> str | None:
+    """Why the record read back is not the dead letter's body (``None`` when it is)."""
+    size = len(found.value() or b"")
+    if size != where.size:
+        return f"the record there has {size} bytes, not {where.size}"
+    theirs = dict(found.headers() or []).get(PROPERTY_UNIQ_KEY)
+    ours = msg.properties.get(PROPERTY_UNIQ_KEY)
+    if theirs is not None and ours is not None and theirs.decode(errors="replace") != ours:
+        return f"the record there is message {theirs.decode(errors='replace')}"
+    return None
+
+
+_GONE = (
+    KafkaError._PARTITION_EOF,
+    KafkaError.OFFSET_OUT_OF_RANGE,
+    KafkaError._AUTO_OFFSET_RESET,
+)
 
 
 def _read_one(consumer: Any, where: OmittedBody, timeout_s: float) -> Any:
@@ -237,16 +360,23 @@ def _read_one(consumer: Any, where: OmittedBody, timeout_s: float) -> Any:
     if not low <= where.offset < high:
         return f"no longer there (the partition holds offsets {low} to {high - 1})"
     consumer.assign([TopicPartition(where.kafka_topic, where.partition, where.offset)])
+    deadline = time.monotonic() + timeout_s
     try:
-        kmsg = consumer.poll(timeout_s)
-        while kmsg is not None and kmsg.error() is not None:
-            if kmsg.error().code() in AUTH_CODES:
-                return f"not allowed to read it: {kmsg.error().str()}"
-            kmsg = consumer.poll(timeout_s)
+        while (left := deadline - time.monotonic()) > 0:
+            kmsg = consumer.poll(left)
+            if kmsg is None:
+                break
+            if kmsg.topic() != where.kafka_topic or kmsg.partition() != where.partition:
+                continue
+            err = kmsg.error()
+            if err is None:
+                if kmsg.offset() != where.offset:
+                    return f"no longer there (compacted: the next record is at {kmsg.offset()})"
+                return kmsg
+            if err.code() in AUTH_CODES:
+                return f"not allowed to read it: {err.str()}"
+            if err.code() in _GONE:
+                return f"no longer there ({err.str()})"
     finally:
         consumer.unassign()
-    if kmsg is None:
-        return f"not read within {timeout_s:g} s"
-    if kmsg.offset() != where.offset:
-        return f"no longer there (compacted: the next record is at offset {kmsg.offset()})"
-    return kmsg
+    return f"not read within {timeout_s:g} s"

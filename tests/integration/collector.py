@@ -37,20 +37,25 @@ class Arrival:
         raw = self.headers.get(key)
         return None if raw is None else raw.decode("utf-8", "replace")
 
+    def required(self, key: str) -> str:
+        value = self.text(key)
+        assert value is not None, f"{self.value!r} has no {key} header: {self.headers}"
+        return value
+
     @property
     def due_ms(self) -> int:
-        return int(self.text(HEADER_DUE_MS) or "0")
+        return int(self.required(HEADER_DUE_MS))
 
     @property
     def uniq(self) -> str:
-        return self.text(PROPERTY_UNIQ_KEY) or ""
+        return self.required(PROPERTY_UNIQ_KEY)
 
 
 class Collector:
     """Reads every partition of ``topic`` from the beginning on a background thread."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partitions: int = 1, *, read_committed: bool = True
+        self, bootstrap: str, topic: str, partitions: int, *, read_committed: bool = True
     ) -> None:
         self.topic = topic
         self._consumer = Consumer(
@@ -74,10 +79,11 @@ class Collector:
 
     def _run(self) -> None:
         while self._running:
-            batch = self._consumer.consume(1000, 0.05)
-            if not batch:
+            first = self._consumer.poll(0.05)
+            if first is None:
                 continue
-            got = now_ms()
+            got = now_ms()  # stamped as the first record arrives, the rest already there
+            batch = [first, *self._consumer.consume(1000, 0)]
             out = []
             for msg in batch:
                 if msg.error():

@@ -27,9 +27,10 @@ from adapter.core.delay import DelayLevels
 from adapter.core.message import MessageExt
 from adapter.demo import run_demo
 from adapter.errors import DeadLetterBodyError, MalformedHeaderError
-from adapter.services.dlq import DeadLetterEntry, read_dlq, redrive
+from adapter.services.dlq import DeadLetterEntry, RedriveError, read_dlq, redrive
 
 pytestmark = pytest.mark.integration
+SET = AlterConfigOpType.SET
 
 LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
 
@@ -176,7 +177,7 @@ def test_dlq_list_and_redrive_round_trip(
         listed = [json.loads(line) for line in out.stdout.splitlines()]
         assert [e["msg_id"] for e in listed] == [entry.message.msg_id]
         healed.set()
-        assert redrive(conf, group, [entry]) == 1
+        assert redrive(conf, group, [entry]).sent == 1
         _wait(lambda: ("order-1", 0, topic) in seen[2:], what="the redriven message")
     assert seen[:2] == [("order-1", 0, topic), ("order-1", 1, topic)]
 
@@ -193,15 +194,22 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     ns = f"ns{uuid.uuid4().hex[:6]}"
     ensure_group_topics(conf, group, delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
     admin = AdminClient(conf)
-    dlq = ConfigResource(
-        "topic",
-        naming.to_kafka(naming.dlq_topic(group)),
-        incremental_configs=[
-            ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    admin.incremental_alter_configs([dlq])[dlq].result(timeout=10)
-    big = bytes(range(256)) * 20  # 5120 bytes: more than the DLQ takes
+    # the retry topic and the DLQ take the same size: the dead-letter copy is refused for
+    # its extra headers (reason, time, a 512-character failure message), the redriven copy
+    # (without them) fits
+    limited = [
+        ConfigResource(
+            "topic",
+            naming.to_kafka(logical),
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", "8000", incremental_operation=SET)
+            ],
+        )
+        for logical in (naming.dlq_topic(group), naming.retry_topic(group))
+    ]
+    for fut in admin.incremental_alter_configs(limited).values():
+        fut.result(timeout=10)
+    big = bytes(range(256)) * 29  # 7424 bytes
     healed = threading.Event()
     seen: list[tuple[bytes, int, str, dict[str, str]]] = []
 
@@ -211,7 +219,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
         if healed.is_set():
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
         ctx.delay_level_when_next_consume = -1  # straight to the DLQ
-        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        raise ValueError("downstream refused: " + "why " * 200)
 
     consumer = PushConsumer(
         {**conf, "group.id": group, "auto.offset.reset": "earliest"},
@@ -235,12 +243,27 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
         assert small.omitted_body is None and small.message.body == b"small"
 
         healed.set()
-        assert redrive(conf, group, entries) == 2
+        result = redrive(conf, group, entries)
+        assert (result.sent, result.skipped, result.failed) == (2, (), ())
         _wait(lambda: len(seen) == 4, what="the two redriven messages")
         redriven = {body: (times, t, props) for body, times, t, props in seen[2:]}
         assert set(redriven) == {big, b"small"}  # the whole body, byte for byte
         assert redriven[big][:2] == (0, topic)
         assert "RMQ_BODY_OMITTED" not in redriven[big][2]
+
+    # a retry topic too small for the redriven copy: the others are still sent, and the
+    # refused one is named
+    small_retry = ConfigResource(
+        "topic",
+        naming.to_kafka(naming.retry_topic(group)),
+        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=SET)],
+    )
+    admin.incremental_alter_configs([small_retry])[small_retry].result(timeout=10)
+    with pytest.raises(RedriveError) as refused:
+        redrive(conf, group, entries)
+    assert refused.value.result.sent == 1
+    [(msg_id, _, why)] = refused.value.result.failed
+    assert msg_id == large.message.msg_id and "too large" in why, why
 
     # the original record is deleted (retention): redrive refuses, naming the message
     gone = TopicPartition(topic, 0, 2)
@@ -265,6 +288,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
         "dlq", "redrive", "--group", group, "--skip-missing-bodies", "-b", kafka_bootstrap_servers
     )
     assert out.returncode == 0 and "redrove 1 of 2" in out.stdout, out
+    assert f"skipped {large.message.msg_id}" in out.stderr, out
     assert retry_end() == before + 1
 
 
@@ -275,6 +299,9 @@ def test_redrive_refuses_an_omitted_body_that_does_not_match_or_cannot_be_read(
     a malformed RMQ_BODY_OMITTED names the header and its value.  Nothing is sent."""
     conf = {"bootstrap.servers": kafka_bootstrap_servers}
     topic = kafka_topic_factory("dlq-point")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    ensure_group_topics(conf, group, delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
     with Producer(conf) as p:
         sent = p.send(Message(topic=topic, body=b"abc"))
 
@@ -293,7 +320,6 @@ def test_redrive_refuses_an_omitted_body_that_does_not_match_or_cannot_be_read(
         )
         return DeadLetterEntry.of(msg)
 
-    group = f"g-{uuid.uuid4().hex[:8]}"
     cases = {
         f"9 bytes; body at {topic}[0]@0": (sent.msg_id, "has 3 bytes, not 9"),
         f"3 bytes; body at {topic}[0]@0": ("OTHER", f"is message {sent.msg_id}"),
@@ -309,7 +335,7 @@ def test_redrive_refuses_an_omitted_body_that_does_not_match_or_cannot_be_read(
     assert bad.value.field == "RMQ_BODY_OMITTED"
     assert bad.value.value == "3 bytes at the usual place"
     # the right pointer works
-    assert redrive(conf, group, [entry(f"3 bytes; body at {topic}[0]@0", sent.msg_id)]) == 1
+    assert redrive(conf, group, [entry(f"3 bytes; body at {topic}[0]@0", sent.msg_id)]).sent == 1
 
 
 def test_demo_runs_green_on_the_broker(

@@ -772,6 +772,9 @@ class TestOmittedBody:
             "x bytes; body at t[0]@1",
             "1 bytes; body at t[0]@-1",
             "1 bytes; body at t/x[0]@1",
+            "1 bytes; body at t[0]@1\n",
+            "1 bytes; body at t[2147483648]@1",
+            "1" * 5000 + " bytes; body at t[0]@1",
         ],
     )
     def test_malformed_names_the_header_and_value(self, bad: str) -> None:
