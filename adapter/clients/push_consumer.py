@@ -593,6 +593,9 @@ class PushConsumer:
             self._consumer.close()
             if self._executor is not None:
                 self._executor.shutdown()
+            # flushed above: let librdkafka's producer (and its broker connections) go now,
+            # not whenever this object is collected
+            self._producer = None
 
     def _drain(self, tps: set[TP], timeout: float) -> None:
         """Wait (bounded) for running batches and send-backs of ``tps`` to settle."""

@@ -395,6 +395,7 @@ class ScheduleService:
             self._producer.flush(30)
             self._apply_acks()
             self._store_settled()
+            self._producer = None  # flushed: its broker connections go now
         if self._consumer is not None:
             try:
                 if not self._eos:
