@@ -395,7 +395,6 @@ class ScheduleService:
             self._producer.flush(30)
             self._apply_acks()
             self._store_settled()
-            self._producer = None  # flushed: its broker connections go now
         if self._consumer is not None:
             try:
                 if not self._eos:
@@ -404,8 +403,10 @@ class ScheduleService:
                         self._consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 log.warning("final commit failed: %s", exc)
-            self._consumer.close()
+            self._consumer.close()  # may revoke, which flushes the producer (at-least-once)
             self._consumer = None
+        # flushed: let its broker connections go now, not when this object is collected
+        self._producer = None
         if self._owned_trace is not None:
             self._owned_trace.close()
 
