@@ -359,6 +359,28 @@ def dlq_headers(
     return _finish(out)
 
 
+#: Headers only a dead letter carries (``dlq_headers`` and ``RMQ_BODY_OMITTED``) plus the last
+#: failure: a redriven message starts a new life without them, which also keeps a copy whose
+#: body was too large for the DLQ as small as it can be.
+_DEAD_LETTER_ONLY = (
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_TIME_MS,
+    HEADER_FAILURE_TYPE,
+    HEADER_FAILURE_MESSAGE,
+    HEADER_BODY_OMITTED,
+)
+
+
+def redrive_headers(raw: Sequence[RawHeader], origin_topic: str) -> list[tuple[str, bytes | None]]:
+    """A dead letter sent back for consumption: ``RECONSUME_TIME`` 0, ``RETRY_TOPIC`` its
+    original topic, the dead-letter headers left behind."""
+    updates: dict[str, str | int | None] = dict.fromkeys(_DEAD_LETTER_ONLY)
+    updates.update({PROPERTY_RECONSUME_TIME: 0, PROPERTY_RETRY_TOPIC: origin_topic})
+    return replace_headers(raw, updates)
+
+
 def forward_headers(raw: Sequence[RawHeader]) -> list[tuple[str, bytes | None]]:
     """Headers of a due message forwarded to its real topic: kept, minus ``DELAY``.
 

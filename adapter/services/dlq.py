@@ -14,20 +14,16 @@ from confluent_kafka import Producer as _KafkaProducer
 from adapter.clients.config import check_kafka_config, producer_config
 from adapter.clients.kafka_errors import AUTH_CODES, is_too_large, make_client, send_error
 from adapter.constants import (
-    HEADER_BODY_OMITTED,
     HEADER_DLQ_REASON,
-    HEADER_DLQ_TIME_MS,
     HEADER_FAILURE_MESSAGE,
     HEADER_FAILURE_TYPE,
     HOP_MESSAGE_MAX_BYTES,
-    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
-    PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
-from adapter.core.codec import OmittedBody, decode_record, replace_headers
+from adapter.core.codec import HeaderView, OmittedBody, decode_record, redrive_headers
 from adapter.core.message import MessageExt
 from adapter.errors import (
     AdapterError,
@@ -136,18 +132,6 @@ def read_dlq(
         consumer.close()
 
 
-#: Headers only a dead letter carries: a redriven message starts a new life without them
-#: (which also keeps a copy whose body was too large for the DLQ as small as it can be).
-_DEAD_LETTER_ONLY = (
-    PROPERTY_DLQ_ORIGIN_TOPIC,
-    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_TIME_MS,
-    HEADER_FAILURE_TYPE,
-    HEADER_FAILURE_MESSAGE,
-    HEADER_BODY_OMITTED,
-)
-
 Problem = tuple[str, str, str]
 """``(msg_id, where, why)``: an entry that was not redriven."""
 
@@ -211,12 +195,10 @@ def redrive(
             continue  # skipped: its omitted body cannot be read back
         origin = entry.origin_topic or msg.topic
         target = naming.to_kafka(origin if to_origin else naming.retry_topic(group))
-        updates: dict[str, str | int | None] = dict.fromkeys(_DEAD_LETTER_ONLY)
-        updates.update({PROPERTY_RECONSUME_TIME: 0, PROPERTY_RETRY_TOPIC: origin})
         record = {
             "value": body,
             "key": msg.sharding_key,
-            "headers": replace_headers(msg.raw_headers, updates),
+            "headers": redrive_headers(msg.raw_headers, origin),
         }
         records.append((msg.msg_id, target, record))
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
@@ -256,7 +238,6 @@ def _send(
 
         return done
 
-    left = 0
     try:
         for one in records:
             msg_id, topic, record = one
@@ -336,10 +317,10 @@ def _mismatch(found: Any, where: OmittedBody, msg: MessageExt) -> str | None:
     size = len(found.value() or b"")
     if size != where.size:
         return f"the record there has {size} bytes, not {where.size}"
-    theirs = dict(found.headers() or []).get(PROPERTY_UNIQ_KEY)
+    theirs = HeaderView.read(found.headers()).text.get(PROPERTY_UNIQ_KEY)
     ours = msg.properties.get(PROPERTY_UNIQ_KEY)
-    if theirs is not None and ours is not None and theirs.decode(errors="replace") != ours:
-        return f"the record there is message {theirs.decode(errors='replace')}"
+    if theirs is not None and ours is not None and theirs != ours:
+        return f"the record there is message {theirs}"
     return None
 
 

@@ -47,6 +47,7 @@ from adapter.core.codec import (
     encode_message_headers,
     forward_headers,
     parse_non_negative,
+    redrive_headers,
     replace_headers,
     retry_headers,
     schedule_headers,
@@ -782,3 +783,25 @@ class TestOmittedBody:
             OmittedBody.of({HEADER_BODY_OMITTED: bad})
         assert info.value.field == HEADER_BODY_OMITTED
         assert info.value.value == bad
+
+
+class TestRedriveHeaders:
+    def test_a_redriven_dead_letter_starts_a_new_life(self) -> None:
+        msg = record([("u", b"1"), (PROPERTY_UNIQ_KEY, b"id-1")], kafka_topic="orders")
+        dead = dlq_headers(
+            msg, group=GROUP, reason="MAX_RECONSUME_TIMES", now_ms=5, failure=Failure("E", "x")
+        )
+        omitted = OmittedBody(9, "orders", 2, 7).header()
+        out = as_dict(redrive_headers([*dead, omitted], "orders"))
+        assert out[PROPERTY_RECONSUME_TIME] == b"0"
+        assert out[PROPERTY_RETRY_TOPIC] == b"orders"
+        assert out["u"] == b"1" and out[PROPERTY_UNIQ_KEY] == b"id-1"  # identity and user kept
+        for gone in (
+            PROPERTY_DLQ_ORIGIN_TOPIC,
+            HEADER_DLQ_REASON,
+            HEADER_DLQ_TIME_MS,
+            HEADER_FAILURE_TYPE,
+            HEADER_FAILURE_MESSAGE,
+            HEADER_BODY_OMITTED,
+        ):
+            assert gone not in out, gone
