@@ -16,6 +16,13 @@ from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka import Producer as RawProducer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.core import naming
@@ -247,6 +254,22 @@ def end_offsets(conf: dict[str, Any], kafka_topic: str) -> dict[int, int]:
         }
     finally:
         c.close()
+
+
+def set_topic_config(bootstrap: str, topics: list[str], key: str, value: str | None) -> None:
+    """Set (or, with ``None``, delete back to the default) one config of ``topics``."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            t,
+            incremental_configs=[ConfigEntry(key, value or "", incremental_operation=op)],
+        )
+        for t in topics
+    ]
+    for fut in admin.incremental_alter_configs(resources).values():
+        fut.result(timeout=30)
 
 
 def committed_offsets(conf: dict[str, Any], group: str, kafka_topic: str) -> dict[int, int]:

@@ -28,10 +28,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
 )
 from consumer_helpers import (
     dlq_ids,
@@ -40,6 +36,7 @@ from consumer_helpers import (
     offset_probe,
     produce,
     retry_kafka_topic,
+    set_topic_config,
     wait_until,
 )
 from consumer_procs import fails_first, is_poison
@@ -214,22 +211,6 @@ def _brokers(admin: AdminClient) -> dict[Any, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _set_topic_config(bootstrap: str, topics: list[str], key: str, value: str | None) -> None:
-    """Set (or, with ``None``, delete back to the default) one config of ``topics``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
-    resources = [
-        ConfigResource(
-            ResourceType.TOPIC,
-            t,
-            incremental_configs=[ConfigEntry(key, value or "", incremental_operation=op)],
-        )
-        for t in topics
-    ]
-    for fut in admin.incremental_alter_configs(resources).values():
-        fut.result(timeout=30)
-
-
 #: With 0 the broker refuses every record older than its own clock (KIP-937): a send-back,
 #: a few ms old when it arrives (``linger.ms``), fails with INVALID_TIMESTAMP -- a definite
 #: failure the adapter does not treat as permanent (a later send-back is a new record with a
@@ -253,7 +234,7 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
     ]
     plans = plan_topics(groups=[group], delay_levels=levels, namespace=ns, partitions=1)
     ensure_topics({"bootstrap.servers": bs}, plans)
-    _set_topic_config(bs, delay_topics, _REFUSE_OLD, "0")
+    set_topic_config(bs, delay_topics, _REFUSE_OLD, "0")
 
     ids = new_ids(20)
     target = ids[10]
@@ -319,7 +300,7 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
 
             # the delay topics take writes again: the message succeeds (locally or through
             # the retry ladder) and the offset moves on
-            _set_topic_config(bs, delay_topics, _REFUSE_OLD, None)
+            set_topic_config(bs, delay_topics, _REFUSE_OLD, None)
             restored.set()
             wait_until(lambda: target in journal.ok_ids(), 30, "the target to succeed")
             wait_until(
@@ -330,7 +311,7 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
             )
     finally:
         with contextlib.suppress(Exception):
-            _set_topic_config(bs, delay_topics, _REFUSE_OLD, None)
+            set_topic_config(bs, delay_topics, _REFUSE_OLD, None)
     assert journal.ok_ids() == set(ids)  # nothing lost
     assert dlq_ids(bs, group) == []
     ok_target = [d for d in journal.of(target) if d.outcome == "ok"]

@@ -12,13 +12,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    OffsetSpec,
-)
+from confluent_kafka.admin import AdminClient, ConfigResource
+from consumer_helpers import end_offsets, set_topic_config
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.clients.topics import ensure_group_topics, ensure_topics, plan_topics
@@ -30,7 +25,6 @@ from adapter.errors import DeadLetterBodyError, MalformedHeaderError
 from adapter.services.dlq import DeadLetterEntry, RedriveError, read_dlq, redrive
 
 pytestmark = pytest.mark.integration
-SET = AlterConfigOpType.SET
 
 LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
 
@@ -193,22 +187,11 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     group = f"g-{uuid.uuid4().hex[:8]}"
     ns = f"ns{uuid.uuid4().hex[:6]}"
     ensure_group_topics(conf, group, delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
-    admin = AdminClient(conf)
     # the retry topic and the DLQ take the same size: the dead-letter copy is refused for
     # its extra headers (reason, time, a 512-character failure message), the redriven copy
     # (without them) fits
-    limited = [
-        ConfigResource(
-            "topic",
-            naming.to_kafka(logical),
-            incremental_configs=[
-                ConfigEntry("max.message.bytes", "8000", incremental_operation=SET)
-            ],
-        )
-        for logical in (naming.dlq_topic(group), naming.retry_topic(group))
-    ]
-    for fut in admin.incremental_alter_configs(limited).values():
-        fut.result(timeout=10)
+    dlq, retry = (naming.to_kafka(t) for t in (naming.dlq_topic(group), naming.retry_topic(group)))
+    set_topic_config(kafka_bootstrap_servers, [dlq, retry], "max.message.bytes", "8000")
     big = bytes(range(256)) * 29  # 7424 bytes
     healed = threading.Event()
     seen: list[tuple[bytes, int, str, dict[str, str]]] = []
@@ -253,12 +236,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
 
     # a retry topic too small for the redriven copy: the others are still sent, and the
     # refused one is named
-    small_retry = ConfigResource(
-        "topic",
-        naming.to_kafka(naming.retry_topic(group)),
-        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=SET)],
-    )
-    admin.incremental_alter_configs([small_retry])[small_retry].result(timeout=10)
+    set_topic_config(kafka_bootstrap_servers, [retry], "max.message.bytes", "2000")
     with pytest.raises(RedriveError) as refused:
         redrive(conf, group, entries)
     assert refused.value.result.sent == 1
@@ -267,18 +245,16 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
 
     # the original record is deleted (retention): redrive refuses, naming the message
     gone = TopicPartition(topic, 0, 2)
+    admin = AdminClient(conf)  # kept: a collected client never completes its futures
     admin.delete_records([gone])[gone].result(timeout=10)
     with pytest.raises(DeadLetterBodyError) as info:
         redrive(conf, group, entries)
     [(msg_id, where, why)] = info.value.missing
     assert msg_id == large.message.msg_id and where == f"{topic}[0]@0"
     assert "no longer there" in why and large.message.msg_id in str(info.value)
-    retry = naming.to_kafka(naming.retry_topic(group))
 
     def retry_end() -> int:  # records in the retry topic, all partitions
-        parts = admin.list_topics(retry, timeout=10).topics[retry].partitions
-        ask = {TopicPartition(retry, p): OffsetSpec.latest() for p in parts}
-        return sum(f.result(timeout=10).offset for f in admin.list_offsets(ask).values())
+        return sum(end_offsets(conf, retry).values())
 
     before = retry_end()
     # the CLI says the same and exits non-zero; --skip-missing-bodies sends the rest
