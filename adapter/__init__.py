@@ -15,7 +15,6 @@ from adapter.clients.push_consumer import (
     PushConsumer,
     TopicStats,
 )
-from adapter.clients.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus, DeadLetterReason, MessageModel
@@ -34,6 +33,7 @@ from adapter.errors import (
     TopicNameError,
     UnknownTopicError,
 )
+from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.services.schedule_service import DeliveryGuarantee, ScheduleService
 
 __all__ = [

@@ -26,15 +26,15 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka import Producer as RawProducer
 
-from adapter.clients.polling import consume_available
 from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import PushConsumer
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.constants import HEADER_DUE_MS, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
 from adapter.core.routing import ConsumeConcurrentlyStatus
+from adapter.io.polling import consume_available
+from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.schedule_service import DeliveryGuarantee, ScheduleService
 
 BENCH_LEVELS = "1s 2s 3s 4s 5s"

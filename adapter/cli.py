@@ -100,8 +100,8 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
-    from adapter.clients.topics import ensure_topics, plan_topics
     from adapter.core.delay import DelayLevels
+    from adapter.io.topics import ensure_topics, plan_topics
 
     plans = plan_topics(
         groups=args.group or [],

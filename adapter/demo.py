@@ -18,11 +18,11 @@ from typing import Any
 
 from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.constants import TRACE_TOPIC
 from adapter.core import naming
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
+from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.dlq import read_dlq
 from adapter.services.schedule_service import ScheduleService
 

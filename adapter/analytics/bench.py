@@ -30,8 +30,8 @@ from confluent_kafka import Producer as RawProducer
 
 from adapter.analytics.jars import SPARK_VERSION
 from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, encode_trace, trace_schema
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.io.topics import TopicPlan, ensure_topics
 
 if TYPE_CHECKING:
     from adapter.bench import Bench, Run, Scenario

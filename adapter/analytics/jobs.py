@@ -29,11 +29,11 @@ from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError
 from adapter.analytics.report import render_chart, write_csv
 from adapter.analytics.schemas import dlq_export_schema
 from adapter.analytics.session import kafka_options
-from adapter.clients.config import admin_config, check_kafka_config
-from adapter.clients.kafka_errors import client_error, make_client
 from adapter.constants import KAFKA_DLQ_PREFIX, TRACE_TOPIC
 from adapter.core import naming
 from adapter.errors import TopicNameError
+from adapter.io.config import admin_config, check_kafka_config
+from adapter.io.errors import client_error, make_client
 
 __all__ = [
     "KAFKA_SOURCE_SCHEMA",

@@ -38,11 +38,11 @@ from typing import Any, Final
 from confluent_kafka import Producer
 
 from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, trace_encoder, trace_schema
-from adapter.clients.config import check_kafka_config, producer_config
-from adapter.clients.kafka_errors import make_client
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.core import naming
 from adapter.core.trace import TraceEvent
+from adapter.io.config import check_kafka_config, producer_config
+from adapter.io.errors import make_client
+from adapter.io.topics import TopicPlan, ensure_topics
 
 __all__ = ["DEFAULT_MAX_QUEUED", "DEFAULT_TRACE_PARTITIONS", "KafkaTraceSink"]
 

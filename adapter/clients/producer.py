@@ -25,25 +25,7 @@ import tenacity
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as _KafkaProducer
 
-from adapter.clients.clock import SYSTEM_CLOCK
-from adapter.clients.config import (
-    build_options,
-    check_int,
-    check_kafka_config,
-    producer_config,
-    require_setting,
-)
-from adapter.clients.kafka_errors import (
-    AUTH_CODES,
-    FatalErrorWatch,
-    client_error,
-    is_flow_control,
-    is_possibly_persisted,
-    make_client,
-    send_error,
-)
 from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
-from adapter.clients.topics import ensure_topics, plan_topics
 from adapter.constants import (
     DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
@@ -66,6 +48,24 @@ from adapter.errors import (
     SendError,
     UnknownTopicError,
 )
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import (
+    build_options,
+    check_int,
+    check_kafka_config,
+    producer_config,
+    require_setting,
+)
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    client_error,
+    is_flow_control,
+    is_possibly_persisted,
+    make_client,
+    send_error,
+)
+from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.producer")
 

@@ -31,31 +31,6 @@ from confluent_kafka import (
 )
 from confluent_kafka import Producer as _KafkaProducer
 
-from adapter.clients.clock import SYSTEM_CLOCK
-from adapter.clients.config import (
-    build_options,
-    check_int,
-    check_kafka_config,
-    check_seconds,
-    producer_config,
-    require_setting,
-)
-from adapter.clients.kafka_errors import (
-    FatalErrorWatch,
-    client_error,
-    is_permanent,
-    is_too_large,
-    make_client,
-)
-from adapter.clients.offset_store import LocalFileOffsetStore
-from adapter.clients.polling import (
-    apply_assignment,
-    commit_positions,
-    consume_available,
-    is_cooperative,
-    release_assignment,
-)
-from adapter.clients.topics import ensure_topics, plan_topics
 from adapter.clients.workers import WorkerPool
 from adapter.constants import (
     DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
@@ -94,6 +69,31 @@ from adapter.core.routing import (
 )
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError, ListenerResultError
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import (
+    build_options,
+    check_int,
+    check_kafka_config,
+    check_seconds,
+    producer_config,
+    require_setting,
+)
+from adapter.io.errors import (
+    FatalErrorWatch,
+    client_error,
+    is_permanent,
+    is_too_large,
+    make_client,
+)
+from adapter.io.offset_store import LocalFileOffsetStore
+from adapter.io.polling import (
+    apply_assignment,
+    commit_positions,
+    consume_available,
+    is_cooperative,
+    release_assignment,
+)
+from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.consumer")
 

@@ -11,8 +11,6 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 
-from adapter.clients.config import check_kafka_config, producer_config
-from adapter.clients.kafka_errors import AUTH_CODES, is_too_large, make_client, send_error
 from adapter.constants import (
     HEADER_DLQ_REASON,
     HEADER_FAILURE_MESSAGE,
@@ -31,6 +29,8 @@ from adapter.errors import (
     DeadLetterBodyError,
     MalformedHeaderError,
 )
+from adapter.io.config import check_kafka_config, producer_config
+from adapter.io.errors import AUTH_CODES, is_too_large, make_client, send_error
 
 
 @dataclass(frozen=True, slots=True)

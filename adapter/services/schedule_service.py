@@ -32,30 +32,6 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 
-from adapter.clients.clock import SYSTEM_CLOCK
-from adapter.clients.config import (
-    build_options,
-    check_int,
-    check_kafka_config,
-    check_seconds,
-    producer_config,
-    require_setting,
-)
-from adapter.clients.kafka_errors import (
-    FatalErrorWatch,
-    client_error,
-    is_permanent,
-    is_too_large,
-    make_client,
-)
-from adapter.clients.polling import (
-    apply_assignment,
-    commit_positions,
-    consume_available,
-    is_cooperative,
-    release_assignment,
-)
-from adapter.clients.topics import ensure_topics, plan_topics
 from adapter.constants import (
     DEFAULT_SCHEDULE_SERVICE_GROUP,
     FAILURE_MESSAGE_MAX_CHARS,
@@ -89,6 +65,30 @@ from adapter.core.schedule import Forward, Invalid, Repark, Wait, decide
 from adapter.core.stats import LatencySummary, Reservoir
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.errors import ConfigError, TopicNameError
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import (
+    build_options,
+    check_int,
+    check_kafka_config,
+    check_seconds,
+    producer_config,
+    require_setting,
+)
+from adapter.io.errors import (
+    FatalErrorWatch,
+    client_error,
+    is_permanent,
+    is_too_large,
+    make_client,
+)
+from adapter.io.polling import (
+    apply_assignment,
+    commit_positions,
+    consume_available,
+    is_cooperative,
+    release_assignment,
+)
+from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.schedule")
 

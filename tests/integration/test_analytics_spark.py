@@ -43,12 +43,12 @@ from adapter.analytics.trace import KafkaTraceSink
 from adapter.cli import main as cli_main
 from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.core.trace import TraceEvent, TraceStatus
 from adapter.embedded import EmbeddedKafka
 from adapter.errors import AuthenticationError
+from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.schedule_service import ScheduleService
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

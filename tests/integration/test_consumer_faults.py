@@ -42,9 +42,9 @@ from consumer_helpers import (
 from consumer_procs import fails_first, is_poison
 
 from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService, naming
-from adapter.clients.topics import ensure_topics, plan_topics
 from adapter.core.delay import DelayLevels
 from adapter.embedded import EmbeddedKafka
+from adapter.io.topics import ensure_topics, plan_topics
 from adapter.services.dlq import DeadLetterEntry
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Producer as RawProducer
 
 from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService
-from adapter.clients.topics import TopicPlan, ensure_topics, plan_topics
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
+from adapter.io.topics import TopicPlan, ensure_topics, plan_topics
 from adapter.services.dlq import read_dlq
 
 pytestmark = pytest.mark.integration

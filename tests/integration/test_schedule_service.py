@@ -26,7 +26,6 @@ from confluent_kafka.admin import AdminClient
 from consumer_helpers import wait_until
 
 from adapter.clients.producer import Producer, SendResult
-from adapter.clients.topics import plan_topics
 from adapter.constants import (
     HEADER_DLQ_REASON,
     HEADER_DUE_MS,
@@ -42,6 +41,7 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
+from adapter.io.topics import plan_topics
 from adapter.services.schedule_service import (
     INVALID_SCHEDULE_ENTRY,
     DeliveryGuarantee,

@@ -31,8 +31,8 @@ from adapter import (
     ScheduleService,
     naming,
 )
-from adapter.clients.topics import TopicPlan, ensure_topics
 from adapter.embedded import EmbeddedKafka
+from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.dlq import read_dlq
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]

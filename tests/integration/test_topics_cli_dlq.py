@@ -16,12 +16,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from consumer_helpers import end_offsets, set_topic_config
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
-from adapter.clients.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.message import MessageExt
 from adapter.demo import run_demo
 from adapter.errors import DeadLetterBodyError, MalformedHeaderError
+from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.services.dlq import DeadLetterEntry, RedriveError, read_dlq, redrive
 
 pytestmark = pytest.mark.integration

@@ -117,8 +117,8 @@ def delete_topics(bootstrap: str, topics: set[str] | list[str]) -> None:
 def planned_kafka_topics(
     *, groups: Sequence[str], levels: str, namespace: str, partitions: int = 1
 ) -> list[str]:
-    from adapter.clients.topics import plan_topics
     from adapter.core.delay import DelayLevels
+    from adapter.io.topics import plan_topics
 
     return [
         p.kafka_topic

@@ -42,10 +42,10 @@ from typing import Any
 import pytest
 
 from adapter import Message, Producer
-from adapter.clients.topics import ensure_topics, plan_topics
 from adapter.constants import HEADER_DUE_MS, PROPERTY_UNIQ_KEY
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
+from adapter.io.topics import ensure_topics, plan_topics
 
 try:
     from rel_common import (

@@ -119,7 +119,7 @@ def test_backlog_and_rebalance_never_forward_early(
     options = {"delay_levels": LEVELS, "namespace": ns, "partitions": PARTS, "delivery": delivery}
 
     # the delay topics exist (with PARTS partitions) before the backlog is written
-    from adapter.clients.topics import ensure_topics, plan_topics
+    from adapter.io.topics import ensure_topics, plan_topics
 
     ensure_topics(
         conf,

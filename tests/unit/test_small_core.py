@@ -6,7 +6,6 @@ import threading
 
 import pytest
 
-from adapter.clients.config import admin_config, build_options, check_kafka_config, producer_config
 from adapter.clients.producer import ProducerOptions
 from adapter.clients.push_consumer import ConsumerOptions
 from adapter.core import naming
@@ -14,6 +13,7 @@ from adapter.core.filter import TagFilter
 from adapter.core.ids import MessageIdGenerator
 from adapter.core.stats import Reservoir, percentile
 from adapter.errors import ConfigError, InvalidInputError, TopicNameError
+from adapter.io.config import admin_config, build_options, check_kafka_config, producer_config
 
 pytestmark = pytest.mark.unit
 

@@ -12,11 +12,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from adapter.clients.config import admin_config, check_kafka_config
-from adapter.clients.kafka_errors import client_error, make_client
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.errors import ConfigError, KafkaClientError
+from adapter.io.config import admin_config, check_kafka_config
+from adapter.io.errors import client_error, make_client
 
 log = logging.getLogger("adapter.topics")
 
