@@ -125,6 +125,11 @@ class Bench:
 
     # -- consumer --------------------------------------------------------------------------
     def raw_consume(self, topic: str, n: int, batch: int, fail_every: int | None = None) -> Run:
+        """A careful raw confluent-kafka loop: ``consume(500)``, an error check per record,
+        the no-op per batch of ``batch`` records, offsets stored per fetch and committed in
+        the background; with ``fail_every`` it also produces the failed record and the rest
+        of its batch to a side topic (the work ``ack_index`` implies)."""
+
         def work() -> tuple[int, float, float]:
             c = Consumer(
                 {
@@ -143,22 +148,25 @@ class Bench:
             c.subscribe([topic])
             seen, first = 0, 0.0
             while seen < n:
-                msgs = consume_available(c, max(32, batch), 1.0)
+                msgs = c.consume(500, 1.0)
                 if not msgs:
                     continue
                 if not first:
                     first = time.perf_counter()
-                for i in range(0, len(msgs), batch):
-                    chunk = [m for m in msgs[i : i + batch] if not m.error()]
+                records = [m for m in msgs if m.error() is None]
+                for i in range(0, len(records), batch):
+                    chunk = records[i : i + batch]
                     _noop_listener(chunk)  # the same per-batch call our consumer makes
-                    cut = None
-                    for j in range(len(chunk)):
-                        seen += 1
-                        if cut is None and fail_every is not None and seen % fail_every == 0:
-                            cut = j  # like ack_index: this one and the rest are sent back
-                    if side is not None and cut is not None:
-                        for failed in chunk[cut:]:
-                            side.produce(topic + "-retry", failed.value(), headers=failed.headers())
+                    if side is not None and fail_every is not None:
+                        before = seen + i
+                        for j in range(len(chunk)):
+                            if (before + j + 1) % fail_every == 0:
+                                for failed in chunk[j:]:  # like ack_index: the rest goes back
+                                    side.produce(
+                                        topic + "-retry", failed.value(), headers=failed.headers()
+                                    )
+                                break
+                seen += len(records)
                 c.store_offsets(message=msgs[-1])
                 if side is not None:
                     side.poll(0)
@@ -173,33 +181,40 @@ class Bench:
         return self._measure(work)
 
     def ours_consume(
-        self, topic: str, n: int, batch: int, fail_every: int | None = None, **options: Any
+        self,
+        topic: str,
+        n: int,
+        batch: int,
+        fail_every: int | None = None,
+        block_s: float = 0.0,
+        **options: Any,
     ) -> Run:
         lock = threading.Lock()
-        state = {"seen": 0, "first": 0.0, "last": 0.0}
-        done = threading.Event()
+        counts: list[int] = []  # one entry per listener call (list.append is atomic)
+        first = [0.0]
+        seen = [0]
+        ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
         def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
-            with lock:
-                if not state["first"]:
-                    state["first"] = time.perf_counter()
-                before = state["seen"]
-                state["seen"] = before + len(msgs)
-                if state["seen"] >= n:
-                    state["last"] = time.perf_counter()
-                    done.set()
+            if block_s:
+                time.sleep(block_s)
+            if not first[0]:
+                first[0] = time.perf_counter()
+            counts.append(len(msgs))
             if fail_every:
+                with lock:  # the failure pattern needs a consistent message count
+                    before = seen[0]
+                    seen[0] += len(msgs)
                 for i in range(len(msgs)):
                     if (before + i + 1) % fail_every == 0:
                         ctx.ack_index = i - 1
-                        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+                        return ok
+            return ok
 
         group = f"ours-{_uid()}"
         consumer = PushConsumer(
             {**self.config, "group.id": group, "auto.offset.reset": "earliest"},
             consume_message_batch_max_size=batch,
-            pull_batch_size=max(32, batch),
             delay_levels=BENCH_LEVELS,
             namespace="bench",
             partitions=1,
@@ -210,9 +225,15 @@ class Bench:
 
         def work() -> tuple[int, float, float]:
             consumer.start()
-            done.wait(600)
+            total, pos, deadline = 0, 0, time.monotonic() + 600
+            while total < n and time.monotonic() < deadline:
+                time.sleep(0.0005)
+                fresh = counts[pos:]
+                pos += len(fresh)
+                total += sum(fresh)
+            last = time.perf_counter()
             consumer.shutdown()
-            return int(state["seen"]), state["first"], state["last"]
+            return total, first[0], last
 
         return self._measure(work)
 
@@ -227,6 +248,37 @@ class Bench:
                 sc.ours.append(self.ours_consume(topic, self.n, batch))
             out.append(sc)
         return out
+
+    def pool_scenarios(self) -> list[Scenario]:
+        """The same no-op listener forced onto the worker pool (a hand-off per batch)."""
+        out = []
+        for batch in (1, 32):
+            sc = Scenario(f"consume all-success batch={batch} body=100B listener_mode=POOL")
+            topic = self.topic()
+            self.fill(topic, self.n // 2, 100)
+            for _ in range(self.repeats):
+                sc.raw.append(self.raw_consume(topic, self.n // 2, batch))
+                sc.ours.append(self.ours_consume(topic, self.n // 2, batch, listener_mode="POOL"))
+            out.append(sc)
+        return out
+
+    def blocking_scenario(self, threads: int = 20, block_s: float = 0.010) -> Scenario:
+        """A listener that blocks ``block_s`` per batch (batch 1) on ``threads`` workers;
+        the baseline is the ideal ``threads / block_s`` batches per second."""
+        ideal = threads / block_s
+        n = int(ideal * 3)  # about three seconds of work at the ideal rate
+        sc = Scenario(
+            f"consume blocking listener {block_s * 1000:.0f} ms/batch, "
+            f"consume_thread_max={threads}, batch=1 (baseline: {ideal:.0f} batches/s)"
+        )
+        topic = self.topic()
+        self.fill(topic, n, 100)
+        for _ in range(self.repeats):
+            sc.raw.append(Run(ideal, 0.0))
+            sc.ours.append(
+                self.ours_consume(topic, n, 1, consume_thread_max=threads, block_s=block_s)
+            )
+        return sc
 
     def failure_scenarios(self, rates: tuple[int, ...]) -> list[Scenario]:
         out = []
@@ -561,6 +613,8 @@ def _rss_child(mode: str, bootstrap: str, topic: str) -> None:
 
 ALL = (
     "consumer",
+    "consumer-pool",
+    "blocking",
     "consumer-1k",
     "failures",
     "producer",
@@ -621,6 +675,8 @@ def run_bench(args: argparse.Namespace) -> int:
         results: list[Scenario] = []
         steps: list[tuple[str, Callable[[], list[Scenario]]]] = [
             ("consumer", lambda: bench.consumer_scenarios(100, (1, 32))),
+            ("consumer-pool", bench.pool_scenarios),
+            ("blocking", lambda: [bench.blocking_scenario()]),
             ("consumer-1k", lambda: bench.consumer_scenarios(1000, (32,))),
             ("failures", lambda: bench.failure_scenarios((1, 10, 100))),
             ("producer", bench.producer_scenarios),

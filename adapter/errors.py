@@ -75,6 +75,39 @@ class PossiblyPersistedError(SendError):
     """
 
 
+class RetriesExhaustedError(SendError):
+    """A send failed definitely on every attempt it was allowed: the message is not in Kafka.
+
+    Raised (or passed to the send callback) once ``1 + retry_times_when_send_failed``
+    attempts (``retry_times_when_send_async_failed`` for ``send_async``) all failed with an
+    error that is safe to resend.  ``attempts`` says how many were made; ``kafka_error``
+    and ``raw_message`` are those of the last attempt.
+    """
+
+    def __init__(
+        self, message: str, *, attempts: int = 1, kafka_error: Any = None, raw_message: Any = None
+    ) -> None:
+        super().__init__(message, kafka_error=kafka_error, raw_message=raw_message)
+        self.attempts = attempts
+
+
+class FlowControlError(RetriesExhaustedError):
+    """The last attempt hit flow control and the back-off ran out of retries.
+
+    Flow control is a full local producer queue (``queue.buffering.max.messages`` /
+    ``queue.buffering.max.kbytes``; ``kafka_error`` is ``_QUEUE_FULL``) or a broker that
+    throttles the client.  The message is not in Kafka.
+    """
+
+
+class SendTimeoutError(PossiblyPersistedError, TimeoutError):
+    """``send`` / ``send_batch`` gave up waiting for the broker's answer (its ``timeout``).
+
+    The message was handed to the client and may still be written, so it is never resent
+    (a :class:`PossiblyPersistedError`); it is also a builtin ``TimeoutError``.
+    """
+
+
 class MessageTooLargeError(SendError):
     """The message is larger than the broker or topic allows."""
 
@@ -110,3 +143,26 @@ class DeadLetterBodyError(AdapterError):
             f"so nothing was redriven: {shown}{more}"
         )
         self.missing = missing
+
+
+class ClientLoopError(AdapterError, RuntimeError):
+    """A client's loop stopped because of an error; ``cause`` is that error.
+
+    Raised from ``check_alive()`` and ``shutdown()``; the client's ``on_error`` callback
+    receives the cause when it happens.
+    """
+
+    def __init__(self, client: str, cause: BaseException) -> None:
+        super().__init__(f"{client}: the loop stopped: {type(cause).__name__}: {cause}")
+        self.client = client
+        self.cause = cause
+
+
+class ShutdownTimeoutError(AdapterError, TimeoutError):
+    """``shutdown()`` waited ``timeout`` seconds and the client had still not closed (it
+    goes on closing in the background; what it had not settled is not committed)."""
+
+    def __init__(self, client: str, timeout: float) -> None:
+        super().__init__(f"{client} had not closed after {timeout:.1f}s; it goes on closing")
+        self.client = client
+        self.timeout = timeout

@@ -37,7 +37,6 @@ from adapter.constants import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_KEYS,
-    PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -48,22 +47,18 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
     SYSTEM_HEADERS,
 )
-from adapter.core.message import Message, MessageExt, RawHeader
+from adapter.core.headers import HeaderView, RawHeader
+from adapter.core.message import Message, MessageExt
 from adapter.core.naming import dlq_topic, from_kafka, is_retry_topic, retry_topic, to_kafka
 from adapter.errors import MalformedHeaderError, TopicNameError
 
-_LOGICAL_CACHE: dict[str, str] = {}
-
 
 def logical_topic(kafka_topic: str, group_hint: str | None = None) -> str:
-    """The logical name of a Kafka topic (cached); a name that cannot be reversed here
-    (a digest-shortened retry/DLQ name from another process) is recovered from the
-    ``RMQ_GROUP`` header when given, else left as the Kafka name."""
-    cached = _LOGICAL_CACHE.get(kafka_topic)
-    if cached is not None:
-        return cached
+    """The logical name of a Kafka topic; a name that cannot be reversed here (a
+    digest-shortened retry/DLQ name) is recovered from the group that wrote it
+    (``RMQ_GROUP``) when given, else left as the Kafka name."""
     try:
-        logical = from_kafka(kafka_topic)
+        return from_kafka(kafka_topic)
     except TopicNameError:
         if group_hint:
             for kafka_prefix, logical_of in (
@@ -76,9 +71,6 @@ def logical_topic(kafka_topic: str, group_hint: str | None = None) -> str:
                 ):
                     return logical_of(group_hint)
         return kafka_topic
-    if len(_LOGICAL_CACHE) < 65_536:
-        _LOGICAL_CACHE[kafka_topic] = logical
-    return logical
 
 
 def derived_message_id(kafka_topic: str, partition: int, offset: int) -> str:
@@ -86,70 +78,26 @@ def derived_message_id(kafka_topic: str, partition: int, offset: int) -> str:
     return f"{kafka_topic}:{partition}:{offset}"
 
 
-def _text(value: bytes | None) -> tuple[str | None, bool]:
-    """Decode a header value; the flag tells whether it was valid UTF-8."""
-    if value is None:
-        return None, True
-    try:
-        return value.decode("utf-8"), True
-    except UnicodeDecodeError:
-        return value.decode("utf-8", "replace"), False
-
-
-#: More digits than any count, partition or epoch-ms time can have (int64 has 19): such a
-#: header is malformed, and ``int()`` refuses strings above 4300 digits with a ValueError.
-_MAX_DIGITS = 19
-
-
-def parse_non_negative(text: str | None) -> int | None:
-    """A whole number >= 0 written in ASCII digits (at most 19), else ``None``."""
-    if text is None:
-        return None
-    stripped = text.strip()
-    if not stripped.isdigit() or not stripped.isascii() or len(stripped) > _MAX_DIGITS:
-        return None
-    return int(stripped)
-
-
 @dataclass(frozen=True, slots=True)
-class HeaderView:
-    """Headers read once: last value per key, as text, plus notes about malformed ones."""
+class _Parts:
+    """A Kafka record given field by field (what :func:`decode_record` receives)."""
 
-    raw: tuple[RawHeader, ...]
-    text: dict[str, str]
-    errors: tuple[str, ...]
+    value_: bytes | None
+    key_: bytes | None
+    headers_: list[tuple[str, bytes | None]] | None
+    timestamp_: tuple[int, int]
 
-    @classmethod
-    def read(cls, headers: Iterable[tuple[str, bytes | None]] | None) -> HeaderView:
-        if not headers:
-            return _EMPTY_VIEW
-        raw = headers if isinstance(headers, tuple) else tuple(headers)
-        text: dict[str, str] = {}
-        errors: list[str] | None = None
-        for key, value in raw:
-            if key in text:
-                errors = errors or []
-                errors.append(f"duplicate header {key}: last value wins")
-            if value is None:
-                text.pop(key, None)
-                continue
-            try:
-                text[key] = value.decode("utf-8")
-            except UnicodeDecodeError:
-                text[key] = value.decode("utf-8", "replace")
-                errors = errors or []
-                errors.append(f"header {key} is not UTF-8: shown with U+FFFD, kept byte-exact")
-        return cls(raw, text, tuple(errors) if errors else ())
+    def value(self) -> bytes | None:
+        return self.value_
 
-    def last_raw(self) -> dict[str, bytes | None]:
-        out: dict[str, bytes | None] = {}
-        for key, value in self.raw:
-            out.pop(key, None)  # keep the position of the last occurrence
-            out[key] = value
-        return out
+    def key(self) -> bytes | None:
+        return self.key_
 
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self.headers_  # type: ignore[return-value]
 
-_EMPTY_VIEW = HeaderView((), {}, ())
+    def timestamp(self) -> tuple[int, int]:
+        return self.timestamp_
 
 
 def decode_record(
@@ -162,73 +110,23 @@ def decode_record(
     headers: Iterable[tuple[str, bytes | None]] | None,
     timestamp_ms: int | None,
     log_append_time: bool = False,
+    group_hint: str | None = None,
 ) -> MessageExt:
-    """Turn the fields of one Kafka record into a :class:`MessageExt`.  Never raises on headers."""
-    if not headers:  # a plain Kafka record: nothing to parse (the consumer's hot path)
-        logical = _LOGICAL_CACHE.get(kafka_topic) or logical_topic(kafka_topic)
-        if not is_retry_topic(logical):
-            return MessageExt(
-                topic=logical,
-                body=b"" if value is None else value,
-                msg_id=f"{kafka_topic}:{partition}:{offset}",
-                queue_id=partition,
-                queue_offset=offset,
-                kafka_topic=kafka_topic,
-                sharding_key=key,
-                born_timestamp=None if log_append_time else timestamp_ms,
-                store_timestamp=timestamp_ms,
-            )
+    """Turn the fields of one Kafka record into a :class:`MessageExt`.  Never raises on
+    headers (see the module docstring for how malformed ones are read)."""
     view = HeaderView.read(headers)
-    props = view.text if view is not _EMPTY_VIEW else {}  # never share the empty dict
-    errors = list(view.errors)
-
-    msg_id = props.get(PROPERTY_UNIQ_KEY) or derived_message_id(kafka_topic, partition, offset)
-
-    reconsume_raw = props.get(PROPERTY_RECONSUME_TIME)
-    reconsume_times = parse_non_negative(reconsume_raw)
-    if reconsume_times is None:
-        if reconsume_raw is not None:
-            errors.append(f"{PROPERTY_RECONSUME_TIME}={reconsume_raw!r} is not a count: read as 0")
-        reconsume_times = 0
-
-    max_raw = props.get(PROPERTY_MAX_RECONSUME_TIMES)
-    if max_raw is not None:
-        try:
-            if int(max_raw) < -1:
-                raise ValueError
-        except ValueError:
-            errors.append(
-                f"{PROPERTY_MAX_RECONSUME_TIMES}={max_raw!r} is not valid: group maximum used"
-            )
-
-    logical = logical_topic(kafka_topic, props.get(HEADER_GROUP))
-    topic = logical
-    if is_retry_topic(logical):  # resetRetryTopic
-        original = props.get(PROPERTY_RETRY_TOPIC)
-        if original:
-            topic = original
-        else:
-            errors.append(
-                f"{PROPERTY_RETRY_TOPIC} missing on a retry record: topic left as {logical}"
-            )
-
-    return MessageExt(
-        topic=topic,
-        body=b"" if value is None else value,
-        msg_id=msg_id,
-        queue_id=partition,
-        queue_offset=offset,
+    logical = logical_topic(kafka_topic, group_hint or view.text.get(HEADER_GROUP))
+    kind = 0 if timestamp_ms is None else (2 if log_append_time else 1)
+    msg = MessageExt.of_record(
+        _Parts(value, key, list(view.raw) or None, (kind, timestamp_ms or 0)),
         kafka_topic=kafka_topic,
-        tags=props.get(PROPERTY_TAGS),
-        keys=props.get(PROPERTY_KEYS),
-        properties=props,
-        raw_headers=view.raw,
-        sharding_key=key,
-        reconsume_times=reconsume_times,
-        born_timestamp=None if log_append_time else timestamp_ms,
-        store_timestamp=timestamp_ms,
-        header_errors=tuple(errors),
+        topic=logical,
+        partition=partition,
+        offset=offset,
+        retry=is_retry_topic(logical),
     )
+    msg.properties  # noqa: B018 - decode now: a record given by fields is read once
+    return msg
 
 
 def _put(out: dict[str, bytes | None], key: str, value: str | int | None) -> None:
@@ -340,6 +238,13 @@ def retry_headers(
         level=level,
         due_ms=due_ms,
     )
+
+
+def straight_retry_headers(
+    msg: MessageExt, *, group: str, failure: Failure | None
+) -> list[tuple[str, bytes | None]]:
+    """A copy sent straight to the group's retry topic (no delay level: the wait is over)."""
+    return _finish(_hop_headers(msg, group, failure))
 
 
 def dlq_headers(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import Enum
+
+from adapter.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +106,55 @@ class PartitionTracker:
     def mark_committed(self, offset: int) -> None:
         if self._committed is None or offset > self._committed:
             self._committed = offset
+
+
+class ConsumeFromWhere(str, Enum):
+    """Where a consumer group starts on a partition it has no committed offset for."""
+
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    """At the end: only messages sent from now on (RocketMQ's default).  The position is
+    committed at once, so a restart resumes there instead of skipping what came meanwhile."""
+
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    """At the first offset still retained."""
+
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+    """At the first message stored at or after ``consume_timestamp`` (default: 30 minutes
+    before the consumer started), or at the end when there is none."""
+
+
+class StartAt(str, Enum):
+    BEGINNING = "BEGINNING"
+    END = "END"
+    TIMESTAMP = "TIMESTAMP"
+
+
+def first_start(where: ConsumeFromWhere, *, retry_topic: bool) -> StartAt:
+    """Where to start on a partition without a committed offset.  A group's retry topic is
+    always read from its beginning: every record there is a retry owed to this group."""
+    if retry_topic or where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+        return StartAt.BEGINNING
+    if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        return StartAt.TIMESTAMP
+    return StartAt.END
+
+
+def consume_from_where_of(
+    value: ConsumeFromWhere | str | None, auto_offset_reset: object
+) -> ConsumeFromWhere:
+    """The start rule: ``value`` when given, else what a Kafka ``auto.offset.reset`` in the
+    config asks for (``earliest``/``smallest``/``beginning`` → first offset), else the last
+    offset.  Out-of-range offsets are a different matter: they always restart at the
+    earliest retained offset (RocketMQ corrects an illegal offset to the minimum)."""
+    if value is not None:
+        try:
+            return ConsumeFromWhere(value)
+        except ValueError:
+            raise ConfigError(
+                "consume_from_where",
+                value,
+                f"expected one of {[w.value for w in ConsumeFromWhere]}",
+            ) from None
+    if str(auto_offset_reset).lower() in ("earliest", "smallest", "beginning"):
+        return ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET

@@ -47,6 +47,14 @@ class DeadLetterReason(str, Enum):
     """The broker refused the retry copy for good (e.g. too large once retry headers were
     added); the message goes to the DLQ instead of retrying for ever."""
 
+    INVALID_SCHEDULE_ENTRY = "INVALID_SCHEDULE_ENTRY"
+    """A delay-topic entry the ScheduleService cannot schedule or forward (no
+    ``REAL_TOPIC``, a bad due time, a destination that refuses it for good)."""
+
+    MAX_DELIVERY_ATTEMPTS = "MAX_DELIVERY_ATTEMPTS"
+    """A SimpleConsumer message was not acknowledged within ``max_delivery_attempts``
+    deliveries."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
@@ -95,7 +103,15 @@ class DeadLetter:
     reconsume_times: int
 
 
-Destination = RetryLater | DeadLetter
+@dataclass(frozen=True, slots=True)
+class RetryNow:
+    """Send the message straight to the group's retry topic: the wait already happened
+    (a SimpleConsumer message whose invisible duration ran out)."""
+
+    reconsume_times: int
+
+
+Destination = RetryLater | DeadLetter | RetryNow
 
 
 def route_failed(
@@ -105,7 +121,7 @@ def route_failed(
     delay_level_when_next_consume: int,
     levels: DelayLevels,
     message_max_reconsume_times: int | None = None,
-) -> Destination:
+) -> RetryLater | DeadLetter:
     """Where a failed message goes (broker ``consumerSendMsgBack``).
 
     ``message_max_reconsume_times`` (header ``MAX_RECONSUME_TIMES``) overrides the group's

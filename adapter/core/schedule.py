@@ -15,8 +15,8 @@ from adapter.constants import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DELIVER_MS,
 )
-from adapter.core.codec import parse_non_negative
 from adapter.core.delay import DelayLevels
+from adapter.core.headers import parse_non_negative
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,3 +49,56 @@ class LatencySummary:
     p99: float | None
     p999: float | None
     max: float | None
+
+
+@dataclass
+class TopicStats:
+    """RocketMQ ``ConsumerStatsManager``-like figures for one logical topic."""
+
+    consume_ok: int = 0
+    consume_failed: int = 0
+    sent_back: int = 0
+    dead_lettered: int = 0
+    send_back_failed: int = 0
+    local_retries: int = 0
+    timeouts: int = 0
+    rt_total_ms: float = 0.0
+    rt_max_ms: float = 0.0
+    rt_count: int = 0
+
+    @property
+    def consume_rt_avg_ms(self) -> float:
+        return self.rt_total_ms / self.rt_count if self.rt_count else 0.0
+
+
+class Histogram:
+    """Counts per upper bound (Prometheus style, cumulative when read).  Not thread-safe:
+    one writer; readers take :meth:`snapshot`."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], float, int]:
+        """``([(bound, cumulative count), ...], sum, count)``; the last bound is +Inf."""
+        running = 0
+        out: list[tuple[float, int]] = []
+        counts = list(self.counts)
+        for bound, n in zip((*self.bounds, math.inf), counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out, self.sum, running
+
+
+#: Listener / lateness buckets in seconds.
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+)  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from adapter.core.publishing import Refusal
 from adapter.errors import (
     AuthenticationError,
     BrokerUnavailableError,
@@ -45,22 +46,37 @@ FLOW_CONTROL = {KafkaError._QUEUE_FULL, KafkaError.THROTTLING_QUOTA_EXCEEDED}
 _PROPERTY = re.compile(r'property "?([A-Za-z0-9._]+)"?')
 
 
-#: The record itself is refused: resending it can never succeed.
-_PERMANENT = (
-    _TOO_LARGE
-    | _UNKNOWN_TOPIC
-    | {
-        KafkaError.INVALID_RECORD,
-        KafkaError.POLICY_VIOLATION,
-        KafkaError.RECORD_LIST_TOO_LARGE,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError._INVALID_ARG,
-    }
-)
+#: The record itself is refused: resending it can never succeed.  Only size, invalid-record
+#: and policy refusals are: a topic or partition that is unknown now (deleted, not visible
+#: yet, metadata lagging) may exist later, so such a refusal is transient.
+_PERMANENT = _TOO_LARGE | {
+    KafkaError.INVALID_RECORD,
+    KafkaError.POLICY_VIOLATION,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+}
 
 
 def is_permanent(err: Any) -> bool:
     return isinstance(err, KafkaError) and err.code() in _PERMANENT
+
+
+def refusal_of(err: Any) -> Refusal:
+    """How a produce error refuses its record (see :mod:`adapter.core.publishing`)."""
+    if is_too_large(err):
+        return Refusal.TOO_LARGE
+    if is_permanent(err):
+        return Refusal.PERMANENT
+    return Refusal.TRANSIENT
+
+
+def is_unknown_topic(err: Any) -> bool:
+    return isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC | {
+        KafkaError._UNKNOWN_PARTITION
+    }
+
+
+def error_text(err: Any) -> str:
+    return str(err.str()) if isinstance(err, KafkaError) else str(err)
 
 
 def is_too_large(err: Any) -> bool:

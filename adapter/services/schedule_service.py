@@ -53,13 +53,12 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.clock import Clock
 from adapter.core.codec import (
-    HeaderView,
     OmittedBody,
     forward_headers,
-    parse_non_negative,
     replace_headers,
 )
 from adapter.core.delay import UNIT_MS, DelayLevels
+from adapter.core.headers import HeaderView, parse_non_negative
 from adapter.core.offsets import PartitionTracker
 from adapter.core.schedule import Forward, Invalid, Repark, Wait, decide
 from adapter.core.stats import LatencySummary, Reservoir

@@ -643,8 +643,7 @@ def test_flow_control_bounds_the_messages_in_flight(
     ) as pair:
 
         def in_flight() -> int:  # fetched from Kafka and handed out, not yet settled
-            tracker = pair.consumer._trackers.get((topic, 0))
-            return tracker.count if tracker is not None else 0
+            return pair.consumer.in_flight().get((topic, 0), 0)
 
         wait_until(lambda: in_flight() > threshold, 20, "the threshold to be reached")
         samples = []

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
-import sys
 import threading
 import time
-import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -565,26 +564,9 @@ def _service_state(bs: str, svc: Any, group: str, ns: str) -> str:
 
 
 def _consumer_state(bs: str, consumer: Any) -> str:
-    """The consumer's view of its partitions (for failure messages; read racily on purpose)."""
-    out = []
+    """The consumer's view of its partitions (for failure messages)."""
+    out = [json.dumps(consumer.running_info(), indent=1, default=str)]
     with contextlib.suppress(Exception):
-        for tp, tr in sorted(consumer._trackers.items()):
-            out.append(
-                f"{tp}: in flight {tr.count} first {tr.committable()} next {tr._next} "
-                f"committed {tr._committed} flow-paused {tp in consumer._flow_paused}"
-            )
-        batches = Counter(b.tp for b in consumer._running_batches.values())
-        out.append(f"running batches {dict(batches)} queued {consumer._queued_msgs}")
-        out.append(f"local retries {len(consumer._local_retries)}")
-        thread = consumer._thread
-        out.append(f"poll thread alive {thread is not None and thread.is_alive()}")
-        if thread is not None and thread.ident in sys._current_frames():
-            stack = traceback.format_stack(sys._current_frames()[thread.ident])
-            out.append("poll thread stack:\n" + "".join(stack[-8:]))
-        kc = consumer._consumer
-        out.append(f"librdkafka assignment {[(p.topic, p.partition) for p in kc.assignment()]}")
-        positions = kc.position(kc.assignment())
-        out.append(f"positions {[(p.topic, p.partition, p.offset) for p in positions]}")
         rt = retry_kafka_topic(consumer.group)
         uncommitted = Consumer(
             {"bootstrap.servers": bs, "group.id": "diag", "isolation.level": "read_uncommitted"}

@@ -39,14 +39,12 @@ from adapter.constants import (
 )
 from adapter.core.codec import (
     Failure,
-    HeaderView,
     OmittedBody,
     decode_record,
     derived_message_id,
     dlq_headers,
     encode_message_headers,
     forward_headers,
-    parse_non_negative,
     redrive_headers,
     replace_headers,
     retry_headers,
@@ -54,6 +52,7 @@ from adapter.core.codec import (
     user_headers,
 )
 from adapter.core.delay import DelayLevels
+from adapter.core.headers import HeaderView, parse_non_negative
 from adapter.core.message import Message, MessageExt
 from adapter.core.naming import dlq_topic, retry_topic, schedule_topic, to_kafka
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, route_failed

@@ -114,3 +114,55 @@ class TestMessageExt:
         assert m.header_errors == ()
         assert m.tags is None
         assert m.born_timestamp is None
+
+
+class _Record:
+    def __init__(self, headers: list[tuple[str, bytes]] | None, value: bytes = b"v") -> None:
+        self._headers = headers
+        self._value = value
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return None
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+
+class TestLazyView:
+    def test_headers_are_decoded_only_when_asked(self) -> None:
+        rec = _Record([("UNIQ_KEY", b"U1"), ("RECONSUME_TIME", b"2"), ("TAGS", b"T")])
+        m = MessageExt.of_record(rec, kafka_topic="orders", topic="orders", partition=1, offset=5)
+        assert (m.body, m.queue_id, m.queue_offset) == (b"v", 1, 5)
+        assert (m.msg_id, m.reconsume_times, m.tags) == ("U1", 2, "T")
+        assert m.store_timestamp == m.born_timestamp == 1_700_000_000_000
+
+    def test_a_retry_record_reports_its_original_topic(self) -> None:
+        rec = _Record([("RETRY_TOPIC", b"orders"), ("RMQ_ORIGIN_BORN_MS", b"1600000000000")])
+        m = MessageExt.of_record(rec, kafka_topic="rmq.retry.g", topic="%RETRY%g", partition=0,
+                                 offset=1, retry=True)  # fmt: skip
+        assert m.topic == "orders"
+        assert m.born_timestamp == 1_600_000_000_000  # kept across hops
+        assert m.store_timestamp == 1_700_000_000_000
+
+    @pytest.mark.parametrize("decoded_first", [False, True])
+    def test_redelivered_counts_one_more_and_keeps_the_rest(self, decoded_first: bool) -> None:
+        rec = _Record([("UNIQ_KEY", b"U1"), ("RECONSUME_TIME", b"2")])
+        m = MessageExt.of_record(rec, kafka_topic="orders", topic="orders", partition=0, offset=9)
+        if decoded_first:
+            assert m.properties["UNIQ_KEY"] == "U1"
+        again = m.redelivered()
+        assert (again.reconsume_times, again.msg_id, again.queue_offset) == (3, "U1", 9)
+        assert m.reconsume_times == 2
+        again.properties["x"] = "y"
+        assert "x" not in m.properties
+
+    def test_a_plain_record_needs_no_headers(self) -> None:
+        m = MessageExt.of_record(_Record(None), kafka_topic="t", topic="t", partition=2, offset=3)
+        assert (m.msg_id, m.reconsume_times, m.properties, m.tags) == ("t:2:3", 0, {}, None)
+        assert m.redelivered().reconsume_times == 1

@@ -1,0 +1,105 @@
+"""What the engines ask the I/O loop to do, and the options they run with.  Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapter.core.codec import Failure
+from adapter.core.delay import DelayLevels
+from adapter.core.engine.tracking import TP, Work
+from adapter.core.offsets import FlowLimits
+from adapter.core.routing import Destination
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """The rules an engine applies (resolved consumer options; times in seconds)."""
+
+    batch_size: int = 1
+    max_reconsume_times: int = 16
+    levels: DelayLevels = field(default_factory=lambda: DelayLevels.DEFAULT)
+    consume_timeout_s: float = 900.0
+    send_back_retry_interval_s: float = 5.0
+    flow: FlowLimits = field(default_factory=FlowLimits)
+    clustering: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    """Where a message was in its listener batch (for traces and logs)."""
+
+    batch_size: int
+    index: int
+    ack_index: int | None
+    rt_ms: float | None
+
+
+@dataclass(slots=True, eq=False)
+class SendBack:
+    """Produce a copy of ``msg`` to ``dest`` (a retry level or the DLQ) and report the
+    broker's answer with ``published`` / ``publish_failed``.  Until then ``msg``'s offset
+    stays in flight.  ``alone``: in a record batch of its own; ``omit_body``: a dead-letter
+    copy without its body."""
+
+    tp: TP
+    generation: int
+    work: Work
+    msg: Any
+    dest: Destination
+    failure: Failure | None
+    info: TraceInfo | None = None
+    alone: bool = False
+    omit_body: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunWork:
+    """Hand these batches to the listener (a local retry that became due)."""
+
+    work: Work
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Stop fetching ``tp`` (flow control)."""
+
+    tp: TP
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Fetch ``tp`` again."""
+
+    tp: TP
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A broadcasting consumer's failed message, dropped (RocketMQ does not retry them)."""
+
+    tp: TP
+    msg: Any
+    failure: Failure
+    info: TraceInfo
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    """A batch ran past ``consume_timeout``: it counts as ``RECONSUME_LATER`` (its copies
+    follow as :class:`SendBack` s) and its late result will be ignored."""
+
+    tp: TP
+    msgs: tuple[Any, ...]
+    limit_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOffsets:
+    """These committable offsets moved: store them (Kafka's "next offset to read")."""
+
+    offsets: tuple[tuple[TP, int], ...]
+
+
+Action = SendBack | RunWork | Pause | Resume | Dropped | TimedOut | StoreOffsets

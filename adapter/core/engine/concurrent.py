@@ -1,0 +1,395 @@
+"""RocketMQ's concurrent consumption as a state machine.  Pure: time comes in as ``now``
+(seconds on a monotonic clock), Kafka stays outside.
+
+Events and what they return:
+
+=============================================  ==============================================
+``assigned(tp)`` / ``revoked(tp)``              a new generation / forget the partition
+``fetched(tp, msgs, end, nbytes)``              a :class:`Work` to run (batches of at most
+                                                ``batch_size``)
+``completed(work, i, outcome, now)``            batch ``i`` done (from a worker): actions
+``settle_run(work, failures, now)``             every batch of ``work`` done (run inline)
+``published(action)``                           a copy was acknowledged: its offset settles
+``publish_failed(action, refusal, now)``        the next step (:mod:`adapter.core.publishing`)
+``tick(now)``                                   consume timeouts, local retries due, flow
+                                                control, offsets that moved
+=============================================  ==============================================
+
+Rules (RocketMQ 4.9 ``ConsumeMessageConcurrentlyService`` + the broker's send-back):
+
+* a batch's result splits it by ``ack_index``; each failed message goes to the delay level
+  ``3 + reconsume_times`` (or the listener's ``delay_level_when_next_consume``), or to the
+  DLQ once ``reconsume_times`` reaches the maximum (a ``MAX_RECONSUME_TIMES`` header
+  overrides the group's); broadcasting consumers drop failures;
+* a batch that runs past ``consume_timeout`` counts as ``RECONSUME_LATER``; its late
+  result is ignored;
+* a copy the broker does not take for a transient reason is consumed again locally after
+  ``send_back_retry_interval`` with ``reconsume_times + 1``, its offset held meanwhile;
+* a partition pauses while it has more than the flow limits in flight, and resumes below;
+* results that come back for a revoked partition (an old generation) are ignored.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from adapter.core.engine.actions import (
+    Action,
+    Dropped,
+    EngineOptions,
+    Pause,
+    Resume,
+    RunWork,
+    SendBack,
+    StoreOffsets,
+    TimedOut,
+    TraceInfo,
+)
+from adapter.core.engine.tracking import TP, PartitionState, Work
+from adapter.core.listener import Outcome, timed_out
+from adapter.core.publishing import Escalation, Refusal, escalate
+from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
+
+_NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
+
+
+class ConcurrentEngine:
+    """The concurrent consume engine of one consumer (one instance per client)."""
+
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self._parts: dict[TP, PartitionState] = {}
+        self._generations: dict[TP, int] = {}
+        self._dirty: set[TP] = set()
+        self._retries: list[tuple[float, int, SendBack]] = []  # (due, seq, failed copy)
+        self._running: deque[tuple[Work, int]] = deque()  # pooled batches, in start order
+        self._seq = itertools.count()
+
+    # -- partitions ------------------------------------------------------------------------
+    def assigned(self, tp: TP) -> None:
+        """``tp`` is ours from now on (a new generation: older results are ignored)."""
+        generation = self._generations.get(tp, 0) + 1
+        self._generations[tp] = generation
+        self._parts[tp] = PartitionState(tp, generation)
+
+    def revoked(self, tp: TP) -> None:
+        """``tp`` is no longer ours: whatever is still in flight is read again by its next
+        owner from the committed offset."""
+        self._parts.pop(tp, None)
+        self._generations[tp] = self._generations.get(tp, 0) + 1
+        self._dirty.discard(tp)
+
+    def owns(self, tp: TP) -> bool:
+        return tp in self._parts
+
+    def is_current(self, work: Work) -> bool:
+        """Whether ``work`` belongs to the current generation of a partition we own."""
+        part = self._parts.get(work.tp)
+        return part is not None and part.generation == work.generation
+
+    @property
+    def partitions(self) -> list[TP]:
+        return list(self._parts)
+
+    def running(self, tps: Sequence[TP] | set[TP] | None = None) -> bool:
+        """Whether a listener batch of ``tps`` (default: all) is still running."""
+        parts = self._parts
+        keys = parts.keys() if tps is None else tps
+        return any((p := parts.get(tp)) is not None and p.running() for tp in keys)
+
+    # -- fetching --------------------------------------------------------------------------
+    def fetched(
+        self, tp: TP, msgs: list[Any], end: int, nbytes: int = 0, *, pooled: bool = False
+    ) -> Work | None:
+        """``msgs`` were fetched from ``tp`` (those that pass the subscription's filter, in
+        offset order; ``end`` is the offset after the last record fetched, filtered ones
+        included).  Returns the work to hand to the listener, or ``None``.  ``pooled``: its
+        batches go to worker threads (they are watched for consume timeouts)."""
+        part = self._parts.get(tp)
+        if part is None:
+            return None  # revoked meanwhile: the next owner reads these again
+        part.advance(end)
+        self._dirty.add(tp)
+        if not msgs:
+            return None  # all filtered out by tag: settled like a broker-side filter
+        work = Work(tp, part.generation, msgs, self.options.batch_size, end, nbytes)
+        part.add(work)
+        part.count += len(msgs)
+        part.nbytes += nbytes
+        if pooled:
+            work.started = [None] * work.nbatches
+            running = self._running
+            for i in range(work.nbatches):
+                running.append((work, i))
+        return work
+
+    # -- results ---------------------------------------------------------------------------
+    def completed(
+        self, work: Work, index: int, outcome: Outcome | None, now: float, rt_s: float = 0.0
+    ) -> list[Action]:
+        """Batch ``index`` of ``work`` returned ``outcome`` (``None``: all succeeded) after
+        running ``rt_s`` seconds."""
+        part = self._parts.get(work.tp)
+        if part is None or part.generation != work.generation:
+            return _NO_ACTIONS  # revoked meanwhile
+        if not work.mark_done(index):
+            return _NO_ACTIONS  # already timed out: a late result is ignored
+        if rt_s > self.options.consume_timeout_s:
+            outcome = timed_out(self.options.consume_timeout_s, work.batch_len(index))
+        actions = self._apply(part, work, index, outcome, rt_s)
+        self._finish(part, work)
+        return actions
+
+    def settle_run(
+        self, work: Work, failures: Sequence[tuple[int, Outcome | None, float]], now: float
+    ) -> list[Action]:
+        """Every batch of ``work`` ran (inline); ``failures`` lists ``(index, outcome, rt_s)``
+        for the batches that did not simply succeed in time; all others succeeded."""
+        part = self._parts.get(work.tp)
+        if part is None or part.generation != work.generation:
+            return _NO_ACTIONS
+        actions: list[Action] = _NO_ACTIONS
+        limit = self.options.consume_timeout_s
+        reported: set[int] = set()
+        for index, given, rt_s in failures:
+            outcome = timed_out(limit, work.batch_len(index)) if rt_s > limit else given
+            reported.add(index)
+            found = self._apply(part, work, index, outcome, rt_s)
+            if found:
+                actions = actions if actions is not _NO_ACTIONS else []
+                actions.extend(found)
+        if work.origin is None:
+            part.count -= len(work.msgs) - sum(work.batch_len(i) for i in reported)
+        else:
+            for i in range(work.nbatches):
+                if i not in reported:
+                    for msg in work.batch(i):
+                        self._settle(part, work.origin, msg)
+        work.mark_all_done()
+        self._finish(part, work)
+        return actions
+
+    def _apply(
+        self, part: PartitionState, work: Work, index: int, outcome: Outcome | None, rt_s: float
+    ) -> list[Action]:
+        """Apply one batch's result: successes settle, failures are routed."""
+        batch = work.batch(index)
+        origin = work.origin
+        if outcome is None:
+            if origin is None:
+                part.count -= len(batch)
+            else:
+                for msg in batch:
+                    self._settle(part, origin, msg)
+            return _NO_ACTIONS
+        if origin is None:
+            part.count -= len(outcome.succeeded)
+        else:
+            for i in outcome.succeeded:
+                self._settle(part, origin, batch[i])
+        actions: list[Action] = []
+        rt_ms = rt_s * 1000
+        for i in outcome.failed:
+            msg = batch[i]
+            info = TraceInfo(len(batch), i, outcome.ack_index, rt_ms)
+            if not self.options.clustering:
+                if origin is None:
+                    part.count -= 1
+                else:
+                    self._settle(part, origin, msg)
+                actions.append(Dropped(part.tp, msg, outcome.failure, info))
+                continue
+            dest = route_failed(
+                reconsume_times=msg.reconsume_times,
+                max_reconsume_times=self.options.max_reconsume_times,
+                delay_level_when_next_consume=outcome.delay_level,
+                levels=self.options.levels,
+                message_max_reconsume_times=msg.max_reconsume_times,
+            )
+            action = SendBack(part.tp, part.generation, work.home, msg, dest, outcome.failure, info)
+            home = work.home
+            if home.holder(msg.queue_offset) is None:
+                part.nbytes += len(msg.body)
+            home.hold(msg.queue_offset, action)
+            actions.append(action)
+        return actions
+
+    def _settle(self, part: PartitionState, home: Work, msg: Any) -> None:
+        """``msg``, held in ``home``, is settled."""
+        if home.release(msg.queue_offset):
+            part.count -= 1
+            part.nbytes -= len(msg.body)
+            self._dirty.add(part.tp)
+
+    def _finish(self, part: PartitionState, work: Work) -> None:
+        """Bookkeeping once a batch of ``work`` completed."""
+        if work.origin is None and work.left == 0 and work.nbytes:
+            part.nbytes -= work.nbytes
+            work.nbytes = 0
+        self._dirty.add(part.tp)
+
+    # -- publishing ------------------------------------------------------------------------
+    def published(self, action: SendBack) -> None:
+        """The broker acknowledged ``action``'s copy: the message is settled."""
+        part = self._parts.get(action.tp)
+        if part is None or part.generation != action.generation:
+            return
+        if action.work.holder(action.msg.queue_offset) is action:
+            self._settle(part, action.work, action.msg)
+
+    def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
+        """The broker refused ``action``'s copy (``refusal`` says how): the next step."""
+        part = self._parts.get(action.tp)
+        if part is None or part.generation != action.generation:
+            return _NO_ACTIONS
+        if action.work.holder(action.msg.queue_offset) is not action:
+            return _NO_ACTIONS  # superseded
+        step = escalate(
+            refusal,
+            alone=action.alone,
+            dead_letter=isinstance(action.dest, DeadLetter),
+            body_omitted=action.omit_body,
+        )
+        if step is Escalation.HOLD:
+            # consumed again locally later, with reconsume_times + 1; the offset stays held
+            due = now + self.options.send_back_retry_interval_s
+            heapq.heappush(self._retries, (due, next(self._seq), action))
+            return _NO_ACTIONS
+        if step is Escalation.SEND_ALONE:
+            nxt = _replace(action, alone=True)
+        elif step is Escalation.DEAD_LETTER:
+            times = action.msg.reconsume_times + 1
+            dead = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, times)
+            nxt = _replace(action, dest=dead, alone=False, omit_body=False)
+        else:
+            nxt = _replace(action, omit_body=True, alone=False)
+        action.work.hold(action.msg.queue_offset, nxt)
+        return [nxt]
+
+    # -- time ------------------------------------------------------------------------------
+    def tick(self, now: float) -> list[Action]:
+        """Consume timeouts, local retries that are due, flow control and moved offsets."""
+        actions: list[Action] = _NO_ACTIONS
+        if self._running:
+            actions = self._timeouts(now)
+        if self._retries and self._retries[0][0] <= now:
+            actions = actions if actions is not _NO_ACTIONS else []
+            actions.extend(self._due_retries(now))
+        if self._dirty:
+            actions = actions if actions is not _NO_ACTIONS else []
+            actions.extend(self._flow_and_offsets())
+        return actions
+
+    def _timeouts(self, now: float) -> list[Action]:
+        running = self._running
+        limit = self.options.consume_timeout_s
+        actions: list[Action] = _NO_ACTIONS
+        while running:
+            work, index = running[0]
+            part = self._parts.get(work.tp)
+            done = work.done
+            if part is None or part.generation != work.generation or (done and done[index]):
+                running.popleft()
+                continue
+            started = work.started[index] if work.started is not None else None
+            if started is None or now - started <= limit:
+                break  # batches start in order: the rest started later
+            running.popleft()
+            if actions is _NO_ACTIONS:
+                actions = []
+            actions.append(TimedOut(work.tp, tuple(work.batch(index)), limit))
+            actions.extend(
+                self.completed(
+                    work, index, timed_out(limit, work.batch_len(index)), now, now - started
+                )
+            )
+        return actions
+
+    def _due_retries(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        while self._retries and self._retries[0][0] <= now:
+            _, _, failed = heapq.heappop(self._retries)
+            part = self._parts.get(failed.tp)
+            if part is None or part.generation != failed.generation:
+                continue
+            offset = failed.msg.queue_offset
+            if failed.work.holder(offset) is not failed:
+                continue
+            retry = Work(
+                failed.tp,
+                part.generation,
+                [failed.msg.redelivered()],
+                1,
+                offset + 1,
+                origin=failed.work,
+            )
+            failed.work.hold(offset, retry)  # held by the retry until its result
+            retry.started = [None]
+            self._running.append((retry, 0))
+            actions.append(RunWork(retry))
+        return actions
+
+    def _flow_and_offsets(self) -> list[Action]:
+        actions: list[Action] = []
+        offsets: list[tuple[TP, int]] = []
+        flow = self.options.flow
+        for tp in self._dirty:
+            part = self._parts.get(tp)
+            if part is None:
+                continue
+            offset = part.take_commit()
+            if offset is not None:
+                offsets.append((tp, offset))
+            if part.count > flow.max_count:
+                reason: str | None = f"{part.count} messages in flight > {flow.max_count}"
+            elif part.nbytes > flow.max_bytes:
+                reason = f"{part.nbytes} bytes in flight > {flow.max_bytes}"
+            elif part.span > flow.max_span:
+                reason = f"in-flight offset span {part.span} > {flow.max_span}"
+            else:
+                reason = None
+            if reason is not None and not part.paused:
+                part.paused = True
+                actions.append(Pause(tp, reason))
+            elif reason is None and part.paused:
+                part.paused = False
+                actions.append(Resume(tp))
+        self._dirty.clear()
+        if offsets:
+            actions.append(StoreOffsets(tuple(offsets)))
+        return actions
+
+    # -- introspection ---------------------------------------------------------------------
+    def committable(self, tp: TP) -> int | None:
+        part = self._parts.get(tp)
+        return None if part is None else part.committable()
+
+    def in_flight(self, tp: TP) -> int:
+        part = self._parts.get(tp)
+        return 0 if part is None else part.count
+
+    def paused(self) -> list[TP]:
+        return [tp for tp, part in self._parts.items() if part.paused]
+
+    def local_retries(self) -> int:
+        return len(self._retries)
+
+
+def _replace(action: SendBack, **changes: Any) -> SendBack:
+    fields = {
+        "tp": action.tp,
+        "generation": action.generation,
+        "work": action.work,
+        "msg": action.msg,
+        "dest": action.dest,
+        "failure": action.failure,
+        "info": action.info,
+        "alone": action.alone,
+        "omit_body": action.omit_body,
+    }
+    fields.update(changes)
+    return SendBack(**fields)

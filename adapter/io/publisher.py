@@ -1,0 +1,151 @@
+"""The one publisher of the adapter's own copies: send-backs, dead letters, forwards.
+
+It owns the producer (created lazily from the client's one config dict, so security
+settings pass through), produces :class:`~adapter.core.hops.OutRecord` s and reports each
+broker verdict to the client as ``on_result(token, error, local)``: ``error`` is ``None``
+when the broker acknowledged the record; ``local`` is true when the client refused it
+before sending (so the verdict is about this record alone).  Delivery reports run on the
+thread that calls :meth:`poll` or :meth:`flush` (the client's loop thread), never on a
+librdkafka thread.
+
+A record sent *alone* goes through a second producer that puts every record in a batch of
+its own (``batch.num.messages=1``): the broker judges whole record batches, so a copy
+refused within a batch is sent again alone before it is judged (see
+:mod:`adapter.core.publishing`).  Nothing here blocks the loop for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Producer as KafkaProducer
+
+from adapter.constants import HOP_MESSAGE_MAX_BYTES
+from adapter.core.hops import OutRecord
+from adapter.io.config import producer_config, require_setting
+from adapter.io.errors import FatalErrorWatch, make_client
+
+log = logging.getLogger("adapter.publisher")
+
+#: ``on_result(token, error, local)``: see the module docstring.
+ResultCallback = Callable[[Any, Any, bool], None]
+
+
+class Publisher:
+    """Produces copies for one client; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        what: str,
+        on_result: ResultCallback,
+        errors: FatalErrorWatch | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        transactional_id: str | None = None,
+    ) -> None:
+        conf = producer_config(config)
+        if errors is not None:
+            conf["error_cb"] = errors
+        require_setting(conf, "enable.idempotence", True, "copies must not duplicate")
+        # a copy carries more headers than the record it copies: do not refuse it client-side
+        conf.setdefault("message.max.bytes", HOP_MESSAGE_MAX_BYTES)
+        for key, value in (defaults or {}).items():
+            conf.setdefault(key, value)
+        if transactional_id is not None:
+            conf["transactional.id"] = transactional_id
+        self.config = conf
+        self.what = what
+        self._on_result = on_result
+        self._producer: Any = None
+        self._alone: Any = None
+
+    # -- clients ---------------------------------------------------------------------------
+    @property
+    def producer(self) -> Any:
+        """The batching producer (created on first use)."""
+        if self._producer is None:
+            self._producer = make_client(KafkaProducer, dict(self.config), what=self.what)
+        return self._producer
+
+    def replace_producer(self) -> Any:
+        """Drop the producer for a fresh one (a wedged or fenced transactional producer);
+        what it still held is purged and reported as failed."""
+        old, self._producer = self._producer, None
+        if old is not None:
+            try:
+                old.purge()
+                old.poll(0)
+            except KafkaException as exc:
+                log.debug("purging the old %s failed: %s", self.what, exc)
+        return self.producer
+
+    def _alone_producer(self) -> Any:
+        if self._alone is None:
+            conf = {k: v for k, v in self.config.items() if not k.startswith("transaction")}
+            conf.update({"batch.num.messages": 1, "linger.ms": 0})
+            self._alone = make_client(KafkaProducer, conf, what=f"{self.what} (single records)")
+        return self._alone
+
+    # -- producing -------------------------------------------------------------------------
+    def send(self, record: OutRecord, token: Any, *, alone: bool = False) -> None:
+        """Produce ``record``; its verdict reaches ``on_result(token, ...)`` later (or now,
+        when the client refuses it before sending)."""
+        producer = self._alone_producer() if alone else self.producer
+        on_result = self._on_result
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            on_result(token, err, False)
+
+        kwargs: dict[str, Any] = {
+            "value": record.value,
+            "key": record.key,
+            "headers": record.headers,
+            "on_delivery": on_delivery,
+        }
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        try:
+            producer.produce(record.topic, **kwargs)
+        except BufferError:
+            producer.poll(0)  # serve delivery reports, which frees room, then try once more
+            try:
+                producer.produce(record.topic, **kwargs)
+            except BufferError as exc:
+                full = KafkaError(KafkaError._QUEUE_FULL, f"local producer queue full: {exc}")
+                on_result(token, full, False)
+        except KafkaException as exc:  # refused before sending: about this record alone
+            on_result(token, exc.args[0] if exc.args else exc, True)
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery reports (they run on this thread)."""
+        if self._producer is not None:
+            self._producer.poll(timeout)
+        if self._alone is not None:
+            self._alone.poll(0)
+
+    def in_flight(self) -> int:
+        """Records handed to librdkafka and not yet acknowledged or refused."""
+        n = len(self._producer) if self._producer is not None else 0
+        return n + (len(self._alone) if self._alone is not None else 0)
+
+    def flush(self, timeout: float) -> int:
+        """Wait (bounded) for every record's verdict; how many are still unknown."""
+        left = 0
+        if self._alone is not None:
+            left += int(self._alone.flush(timeout))
+        if self._producer is not None:
+            left += int(self._producer.flush(timeout))
+        return left
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush and let the producers (and their broker connections) go."""
+        left = self.flush(timeout)
+        if left:
+            log.warning("%s closed with %d record(s) unacknowledged", self.what, left)
+        self._producer = None
+        self._alone = None
+        return left
