@@ -50,7 +50,7 @@ from adapter.core.engine import (
 from adapter.core.engine.actions import TraceInfo
 from adapter.core.filter import TagFilter
 from adapter.core.headers import header_text
-from adapter.core.message import MessageExt, view_of
+from adapter.core.message import MessageExt, views_of
 from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
 from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
@@ -128,7 +128,7 @@ class ConsumeSettings:
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
     consume_timestamp_ms: int | None = None
     #: records taken per ``consume()`` while the listener runs inline (nothing piles up)
-    fetch_size: int = 500
+    fetch_size: int = 128
     #: ... and while it runs on workers (RocketMQ's ``pullBatchSize``: flow control counts
     #: what was handed out, so a fetch never overshoots the thresholds by more than this)
     pull_batch_size: int = 32
@@ -228,6 +228,10 @@ class GroupConsumer:
         # librdkafka sends one fetch per broker at a time, so a long-polling fetch of idle
         # partitions (the retry topic) would hold it back for up to this long
         conf.setdefault("fetch.wait.max.ms", 100)
+        # once the local queue holds queued.min.messages, librdkafka waits this long before it
+        # fetches again (1 s by default): a consumer that drains the queue in 0.2 s then sits
+        # idle for 0.8 s (measured: 125 k msg/s at 1000 ms, 430-460 k msg/s at 10-50 ms)
+        conf.setdefault("fetch.queue.backoff.ms", 20)
         # out of range: the earliest retained offset, for every topic (never skip ahead)
         conf["auto.offset.reset"] = "earliest"
         require_setting(conf, "enable.auto.offset.store", False, "only settled offsets are stored")
@@ -312,45 +316,44 @@ class GroupConsumer:
 
     # -- fetching --------------------------------------------------------------------------
     def _dispatch(self, kmsgs: list[Any]) -> None:
-        """Group a fetch into runs per partition (views made lazily) and hand each over."""
+        """Cut a fetch into runs per partition and hand each over (views made per run)."""
         filters = self.filters
-        resolve = self.names.resolve
-        run: list[MessageExt] = []
+        run: list[Any] = []
         topic: str | None = None
         partition = -1
-        logical = ""
-        retry = False
         tag_filter: TagFilter | None = None
-        end = -1
+        last: Any = None
         for kmsg in kmsgs:
             if kmsg.error() is not None:
                 self._consume_error(kmsg)
                 continue
-            t = kmsg.topic()
             p = kmsg.partition()
+            t = kmsg.topic()
             if p != partition or t != topic:
                 if topic is not None:
-                    self._fetched((topic, partition), run, end)
+                    self._fetched((topic, partition), run, last)
                     run = []
                 topic, partition = t, p
-                logical, retry = resolve(t)
                 tag_filter = filters.get(t)
-            offset = kmsg.offset()
-            end = offset + 1
+            last = kmsg
             if tag_filter is not None and not tag_filter.matches(
                 header_text(kmsg.headers(), PROPERTY_TAGS)
             ):
                 continue  # filtered out by tag, like a broker-side filter: settled
-            run.append(view_of(kmsg, t, logical, p, offset, retry))
+            run.append(kmsg)
         if topic is not None:
-            self._fetched((topic, partition), run, end)
+            self._fetched((topic, partition), run, last)
 
-    def _fetched(self, tp: TP, run: list[MessageExt], end: int) -> None:
+    def _fetched(self, tp: TP, records: list[Any], last: Any) -> None:
+        """``records`` (those that pass the filter) were fetched from ``tp``; ``last`` is the
+        last record fetched there, filtered or not."""
         runner = self.runner
         assert runner is not None
         pooled = not runner.inline
-        nbytes = sum(len(m.body) for m in run) if pooled else 0
-        work = self.engine.fetched(tp, run, end, nbytes, pooled=pooled)
+        logical, retry = self.names.resolve(tp[0])
+        views = views_of(records, logical, retry, [None])
+        nbytes = sum(len(r.value() or b"") for r in records) if pooled else 0
+        work = self.engine.fetched(tp, views, last.offset() + 1, nbytes, pooled=pooled)
         if work is not None:
             runner.run(work)
 

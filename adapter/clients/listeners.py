@@ -28,6 +28,7 @@ from adapter.core.listener import (
     Outcome,
     judge,
 )
+from adapter.core.message import start_consuming
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.core.trace import TraceStatus
 
@@ -146,9 +147,7 @@ class ConcurrentRunner:
         listener = self._listener
         msgs = work.msgs
         size = work.size
-        start_ms = self._clock.now_ms()
-        for m in msgs:
-            m.consume_start_time = start_ms
+        start_consuming(msgs, self._clock.now_ms(), shared=True)
         mq = self._queue(work.tp)
         ctx = ConsumeConcurrentlyContext(mq)
         limit = self._timeout
@@ -262,9 +261,7 @@ class ConcurrentRunner:
         """On a worker: call the listener; what it returns or raises goes back."""
         work, index = item
         batch = work.batch(index)
-        start_ms = self._clock.now_ms()
-        for m in batch:
-            m.consume_start_time = start_ms
+        start_consuming(batch, self._clock.now_ms(), shared=False)
         ctx = ConsumeConcurrentlyContext(self._queue(work.tp))
         begin = self._clock.monotonic()
         if work.started is not None:

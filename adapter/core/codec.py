@@ -48,7 +48,7 @@ from adapter.constants import (
     SYSTEM_HEADERS,
 )
 from adapter.core.headers import HeaderView, RawHeader
-from adapter.core.message import Message, MessageExt
+from adapter.core.message import Fields, Message, MessageExt, view_of
 from adapter.core.naming import dlq_topic, from_kafka, is_retry_topic, retry_topic, to_kafka
 from adapter.errors import MalformedHeaderError, TopicNameError
 
@@ -78,28 +78,6 @@ def derived_message_id(kafka_topic: str, partition: int, offset: int) -> str:
     return f"{kafka_topic}:{partition}:{offset}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Parts:
-    """A Kafka record given field by field (what :func:`decode_record` receives)."""
-
-    value_: bytes | None
-    key_: bytes | None
-    headers_: list[tuple[str, bytes | None]] | None
-    timestamp_: tuple[int, int]
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self.headers_  # type: ignore[return-value]
-
-    def timestamp(self) -> tuple[int, int]:
-        return self.timestamp_
-
-
 def decode_record(
     *,
     kafka_topic: str,
@@ -117,14 +95,10 @@ def decode_record(
     view = HeaderView.read(headers)
     logical = logical_topic(kafka_topic, group_hint or view.text.get(HEADER_GROUP))
     kind = 0 if timestamp_ms is None else (2 if log_append_time else 1)
-    msg = MessageExt.of_record(
-        _Parts(value, key, list(view.raw) or None, (kind, timestamp_ms or 0)),
-        kafka_topic=kafka_topic,
-        topic=logical,
-        partition=partition,
-        offset=offset,
-        retry=is_retry_topic(logical),
+    record = Fields(
+        kafka_topic, partition, offset, value, key, view.raw or None, (kind, timestamp_ms or 0)
     )
+    msg = view_of(record, logical, is_retry_topic(logical), [None])
     msg.properties  # noqa: B018 - decode now: a record given by fields is read once
     return msg
 

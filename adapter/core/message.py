@@ -25,7 +25,16 @@ from adapter.constants import (
 )
 from adapter.core.headers import EMPTY_VIEW, HeaderView, RawHeader, parse_non_negative
 
-__all__ = ["Message", "MessageExt", "RawHeader", "Record", "view_of"]
+__all__ = [
+    "Fields",
+    "Message",
+    "MessageExt",
+    "RawHeader",
+    "Record",
+    "start_consuming",
+    "view_of",
+    "views_of",
+]
 
 
 def _keys_text(keys: str | Sequence[str] | None) -> str | None:
@@ -73,6 +82,12 @@ class Message:
 class Record(Protocol):
     """What a Kafka record offers (``confluent_kafka.Message`` fits)."""
 
+    def topic(self) -> Any: ...
+
+    def partition(self) -> Any: ...
+
+    def offset(self) -> Any: ...
+
     def value(self) -> bytes | None: ...
 
     def key(self) -> Any: ...
@@ -85,7 +100,54 @@ class Record(Protocol):
 #: ``timestamp()`` types (librdkafka): none, create time, log-append time.
 _TS_CREATE = 1
 _TS_LOG_APPEND = 2
-_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """A record given field by field (tools and tests build messages from these)."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    value_: bytes | None = None
+    key_: bytes | None = None
+    headers_: tuple[RawHeader, ...] | None = None
+    timestamp_: tuple[int, int] = (0, 0)
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def headers(self) -> tuple[RawHeader, ...] | None:
+        return self.headers_
+
+    def timestamp(self) -> tuple[int, int]:
+        return self.timestamp_
+
+
+@dataclass(slots=True)
+class _Decoded:
+    """What the headers say, read once."""
+
+    msg_id: str
+    tags: str | None
+    keys: str | None
+    properties: dict[str, str]
+    raw: tuple[RawHeader, ...]
+    errors: tuple[str, ...]
+    reconsume_times: int
+    topic: str | None  # the original topic of a retry record (``RETRY_TOPIC``)
 
 
 class MessageExt:
@@ -99,29 +161,12 @@ class MessageExt:
     message was first sent, kept across retries and delays (``RMQ_ORIGIN_BORN_MS``);
     ``store_timestamp`` is the timestamp of the record this delivery was read from.
 
-    Built with keyword fields (tests, tools) or, by the consumers, over a Kafka record
-    with :meth:`of_record`, decoding headers only when an attribute needs them.
+    Built with keyword fields (tests, tools) or, by the consumers, as a view over a Kafka
+    record (:meth:`of_record`): a view stores four references and reads everything else
+    from the record, decoding headers only when an attribute needs them.
     """
 
-    __slots__ = (
-        "_body",
-        "_errors",
-        "_keys",
-        "_msg_id",
-        "_props",
-        "_raw",
-        "_rec",
-        "_reconsume",
-        "_retry",
-        "_sharding_key",
-        "_tags",
-        "_topic",
-        "_ts",
-        "consume_start_time",
-        "kafka_topic",
-        "queue_id",
-        "queue_offset",
-    )
+    __slots__ = ("_hdr", "_rec", "_retry", "_stamp", "_topic")
 
     def __init__(
         self,
@@ -142,23 +187,25 @@ class MessageExt:
         store_timestamp: int | None = None,
         header_errors: tuple[str, ...] = (),
     ) -> None:
-        self._rec: Record | None = None
-        self._retry = False
+        stamp = store_timestamp if store_timestamp is not None else born_timestamp
+        kind = 0 if stamp is None else (_TS_CREATE if born_timestamp is not None else 2)
+        self._rec: Record = Fields(
+            kafka_topic, queue_id, queue_offset, body, sharding_key, raw_headers, (kind, stamp or 0)
+        )
         self._topic = topic
-        self._body: bytes | None = body
-        self._msg_id: Any = msg_id
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self.kafka_topic = kafka_topic
-        self._tags = tags
-        self._keys = keys
-        self._props = {} if properties is None else properties
-        self._raw = raw_headers
-        self._sharding_key = sharding_key
-        self._reconsume: int | None = reconsume_times
-        self._ts: tuple[int | None, int | None] | None = (born_timestamp, store_timestamp)
-        self._errors = header_errors
-        self.consume_start_time: int | None = None
+        self._retry: str | None = None
+        self._stamp: list[int | None] = [None]
+        props = {} if properties is None else properties
+        if (
+            born_timestamp is not None
+            and store_timestamp is not None
+            and born_timestamp != store_timestamp
+            and HEADER_ORIGIN_BORN_MS not in props
+        ):
+            props = {**props, HEADER_ORIGIN_BORN_MS: str(born_timestamp)}
+        self._hdr = _Decoded(
+            msg_id, tags, keys, props, raw_headers, header_errors, reconsume_times, None
+        )
 
     @classmethod
     def of_record(
@@ -173,124 +220,122 @@ class MessageExt:
     ) -> MessageExt:
         """A lazy view over one Kafka record.  ``topic`` is the logical name of
         ``kafka_topic``; ``retry`` says it is a retry topic, whose records carry their
-        original topic in ``RETRY_TOPIC``."""
-        return view_of(record, kafka_topic, topic, partition, offset, retry)
+        original topic in ``RETRY_TOPIC``.  (``kafka_topic``, ``partition`` and ``offset``
+        are read from the record; they are here for callers that hold them anyway.)"""
+        del kafka_topic, partition, offset
+        return view_of(record, topic, retry, [None])
 
     # -- decoding --------------------------------------------------------------------------
-    def _decode(self) -> None:
-        """Read the record's headers once (never raises on malformed headers)."""
+    def _decoded(self) -> _Decoded:
+        try:
+            return self._hdr
+        except AttributeError:
+            pass
         rec = self._rec
-        assert rec is not None
         view = HeaderView.read(rec.headers())
         props = view.text if view is not EMPTY_VIEW else {}  # never share the empty dict
         errors = list(view.errors)
-        self._msg_id = props.get(PROPERTY_UNIQ_KEY) or (
-            f"{self.kafka_topic}:{self.queue_id}:{self.queue_offset}"
-        )
-        if self._reconsume is None:
-            raw = props.get(PROPERTY_RECONSUME_TIME)
-            times = parse_non_negative(raw)
-            if times is None and raw is not None:
-                errors.append(f"{PROPERTY_RECONSUME_TIME}={raw!r} is not a count: read as 0")
-            self._reconsume = times or 0
+        msg_id = props.get(PROPERTY_UNIQ_KEY) or f"{rec.topic()}:{rec.partition()}:{rec.offset()}"
+        raw = props.get(PROPERTY_RECONSUME_TIME)
+        times = parse_non_negative(raw)
+        if times is None and raw is not None:
+            errors.append(f"{PROPERTY_RECONSUME_TIME}={raw!r} is not a count: read as 0")
         max_raw = props.get(PROPERTY_MAX_RECONSUME_TIMES)
         if max_raw is not None and _max_reconsume(max_raw) is None:
             errors.append(
                 f"{PROPERTY_MAX_RECONSUME_TIMES}={max_raw!r} is not valid: group maximum used"
             )
-        if self._retry:  # resetRetryTopic
+        original: str | None = None
+        if self._retry is not None:  # resetRetryTopic
             original = props.get(PROPERTY_RETRY_TOPIC)
-            if original:
-                self._topic = original
-            else:
+            if not original:
                 errors.append(
-                    f"{PROPERTY_RETRY_TOPIC} missing on a retry record: topic left as {self._topic}"
+                    f"{PROPERTY_RETRY_TOPIC} missing on a retry record: topic left as {self._retry}"
                 )
-            self._retry = False
-        self._tags = props.get(PROPERTY_TAGS)
-        self._keys = props.get(PROPERTY_KEYS)
-        self._props = props
-        self._raw = view.raw
-        self._errors = tuple(errors)
+        hdr = self._hdr = _Decoded(
+            msg_id,
+            props.get(PROPERTY_TAGS),
+            props.get(PROPERTY_KEYS),
+            props,
+            view.raw,
+            tuple(errors),
+            times or 0,
+            original,
+        )
+        return hdr
 
     def _timestamps(self) -> tuple[int | None, int | None]:
-        ts = self._ts
-        if ts is None:
-            assert self._rec is not None
-            kind, value = self._rec.timestamp()
-            stored = value if kind in (_TS_CREATE, _TS_LOG_APPEND) else None
-            # a log-append time is when the broker stored it, not when it was born
-            ts = self._ts = (stored if kind == _TS_CREATE else None, stored)
-        return ts
+        kind, value = self._rec.timestamp()
+        stored = value if kind in (_TS_CREATE, _TS_LOG_APPEND) else None
+        # a log-append time is when the broker stored it, not when it was born
+        return (stored if kind == _TS_CREATE else None, stored)
 
     # -- attributes ------------------------------------------------------------------------
     @property
     def topic(self) -> str:
-        if self._retry:
-            self._decode()
+        if self._retry is not None:
+            return self._decoded().topic or self._retry
         return self._topic
 
     @property
+    def kafka_topic(self) -> str:
+        return self._rec.topic()  # type: ignore[no-any-return]
+
+    @property
+    def queue_id(self) -> int:
+        return self._rec.partition()  # type: ignore[no-any-return]
+
+    @property
+    def queue_offset(self) -> int:
+        return self._rec.offset()  # type: ignore[no-any-return]
+
+    @property
     def body(self) -> bytes:
-        body = self._body
-        if body is None:
-            assert self._rec is not None
-            body = self._body = self._rec.value() or b""
-        return body
+        return self._rec.value() or b""
 
     @property
     def msg_id(self) -> str:
-        if self._msg_id is _UNSET:
-            self._decode()
-        return self._msg_id  # type: ignore[no-any-return]
+        return self._decoded().msg_id
 
     @property
     def tags(self) -> str | None:
-        if self._msg_id is _UNSET:
-            self._decode()
-        return self._tags
+        return self._decoded().tags
 
     @property
     def keys(self) -> str | None:
-        if self._msg_id is _UNSET:
-            self._decode()
-        return self._keys
+        return self._decoded().keys
 
     @property
     def properties(self) -> dict[str, str]:
-        if self._msg_id is _UNSET:
-            self._decode()
-        props = self._props
-        started = self.consume_start_time
+        props = self._decoded().properties
+        started = self._stamp[0]
         if started is not None:
             props[PROPERTY_CONSUME_START_TIMESTAMP] = str(started)
         return props
 
     @property
     def raw_headers(self) -> tuple[RawHeader, ...]:
-        if self._msg_id is _UNSET:
-            self._decode()
-        return self._raw
+        return self._decoded().raw
 
     @property
     def header_errors(self) -> tuple[str, ...]:
-        if self._msg_id is _UNSET:
-            self._decode()
-        return self._errors
+        return self._decoded().errors
 
     @property
     def reconsume_times(self) -> int:
-        times = self._reconsume
-        if times is None:
-            self._decode()
-            times = self._reconsume
-        assert times is not None
-        return times
+        return self._decoded().reconsume_times
+
+    @property
+    def consume_start_time(self) -> int | None:
+        """When the listener was handed this message (epoch ms; ``CONSUME_START_TIME``)."""
+        return self._stamp[0]
+
+    @consume_start_time.setter
+    def consume_start_time(self, value: int | None) -> None:
+        self._stamp = [value]
 
     @property
     def sharding_key(self) -> bytes | None:
-        if self._rec is None:
-            return self._sharding_key
         key = self._rec.key()
         return key.encode() if isinstance(key, str) else key
 
@@ -310,21 +355,19 @@ class MessageExt:
         return self.born_timestamp
 
     def _origin_born(self) -> int | None:
-        if self._rec is not None and not self._rec.headers():
-            return None  # a plain record: nothing to decode
-        raw = self.properties.get(HEADER_ORIGIN_BORN_MS)
+        raw = self._decoded().properties.get(HEADER_ORIGIN_BORN_MS)
         if raw is not None and raw.isascii() and raw.isdigit() and len(raw) <= 19:
             return int(raw)
         return None
 
     @property
     def origin_message_id(self) -> str:
-        return self.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or self.msg_id
+        return self._decoded().properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or self.msg_id
 
     @property
     def max_reconsume_times(self) -> int | None:
         """The per-message ``MAX_RECONSUME_TIMES`` override (``None`` when absent or bad)."""
-        raw = self.properties.get(PROPERTY_MAX_RECONSUME_TIMES)
+        raw = self._decoded().properties.get(PROPERTY_MAX_RECONSUME_TIMES)
         return None if raw is None else _max_reconsume(raw)
 
     def get_property(self, name: str) -> str | None:
@@ -335,15 +378,19 @@ class MessageExt:
 
     def redelivered(self) -> MessageExt:
         """The same message delivered once more: ``reconsume_times + 1`` (a local retry)."""
-        again = MessageExt.__new__(MessageExt)
-        for name in MessageExt.__slots__:
-            value = getattr(self, name, _UNSET)  # header-backed slots stay unset until decoded
-            if value is not _UNSET or name == "_msg_id":
-                object.__setattr__(again, name, value)
-        if again._msg_id is not _UNSET:
-            again._props = dict(again._props)
-        again._reconsume = self.reconsume_times + 1
-        again.consume_start_time = None
+        hdr = self._decoded()
+        again = view_of(self._rec, self._topic, self._retry is not None, [None])
+        again._retry = self._retry
+        again._hdr = _Decoded(
+            hdr.msg_id,
+            hdr.tags,
+            hdr.keys,
+            dict(hdr.properties),
+            hdr.raw,
+            hdr.errors,
+            hdr.reconsume_times + 1,
+            hdr.topic,
+        )
         return again
 
     def __repr__(self) -> str:
@@ -371,28 +418,52 @@ def _max_reconsume(raw: str) -> int | None:
     return value if value >= -1 else None
 
 
-def view_of(  # noqa: PLR0917 - positional on purpose: called once per message
+def view_of(
     record: Record,
-    kafka_topic: str,
     topic: str,
-    partition: int,
-    offset: int,
     retry: bool,
+    stamp: list[int | None],
     _new: Any = object.__new__,
     _cls: type[MessageExt] = MessageExt,
-    _unset: Any = _UNSET,
 ) -> MessageExt:
-    """:meth:`MessageExt.of_record` with positional arguments: the consumers' hot path."""
+    """A view over ``record`` of logical ``topic`` (``retry``: a retry topic, whose records
+    name their original topic); ``stamp`` holds the consume start time shared by the
+    messages handed to a listener together.  The consumers' hot path."""
     msg: MessageExt = _new(_cls)
     msg._rec = record
-    msg._retry = retry
     msg._topic = topic
-    msg._body = None
-    msg._msg_id = _unset
-    msg.queue_id = partition
-    msg.queue_offset = offset
-    msg.kafka_topic = kafka_topic
-    msg._reconsume = None
-    msg._ts = None
-    msg.consume_start_time = None
+    msg._retry = topic if retry else None
+    msg._stamp = stamp
     return msg
+
+
+def start_consuming(msgs: list[MessageExt], start_ms: int, *, shared: bool) -> None:
+    """Set ``CONSUME_START_TIME`` on messages handed to a listener together.  ``shared``:
+    they were viewed with one stamp (one fetched run going to the listener inline)."""
+    if shared:
+        if msgs:
+            msgs[0]._stamp[0] = start_ms
+        return
+    stamp: list[int | None] = [start_ms]
+    for msg in msgs:
+        msg._stamp = stamp
+
+
+def views_of(
+    records: list[Any], topic: str, retry: bool, stamp: list[int | None]
+) -> list[MessageExt]:
+    """:func:`view_of` for a run of records of one partition (the hot path: no call per
+    record)."""
+    new = object.__new__
+    cls = MessageExt
+    name = topic if retry else None
+    out: list[MessageExt] = []
+    append = out.append
+    for record in records:
+        msg = new(cls)
+        msg._rec = record
+        msg._topic = topic
+        msg._retry = name
+        msg._stamp = stamp
+        append(msg)
+    return out

@@ -40,20 +40,17 @@ class TopicNames:
         topic = record.topic()
         assert topic is not None
         logical, retry = self.resolve(topic)
-        offset = record.offset()
-        partition = record.partition()
-        assert offset is not None and partition is not None
-        return view_of(record, topic, logical, partition, offset, retry)
+        return view_of(record, logical, retry, [None])
 
 
 def message_ext(record: KafkaMessage, names: TopicNames | None = None) -> MessageExt:
     """One Kafka record as a :class:`MessageExt` (a digest-shortened retry or DLQ topic
     name is recovered from the record's ``RMQ_GROUP`` header)."""
     names = names or TopicNames()
-    topic, partition, offset = record.topic(), record.partition(), record.offset()
-    assert topic is not None and partition is not None and offset is not None
+    topic = record.topic()
+    assert topic is not None
     logical, retry = names.resolve(topic, header_text(_headers(record), HEADER_GROUP))
-    return view_of(record, topic, logical, partition, offset, retry)
+    return view_of(record, logical, retry, [None])
 
 
 def _headers(record: KafkaMessage) -> list[tuple[str, bytes | None]] | None:

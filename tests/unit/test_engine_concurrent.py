@@ -57,7 +57,12 @@ class Msg:
 
 
 def engine(**kw: Any) -> ConcurrentEngine:
-    opts: dict[str, Any] = {"batch_size": 4, "levels": LEVELS, "consume_timeout_s": 60.0}
+    opts: dict[str, Any] = {
+        "batch_size": 4,
+        "levels": LEVELS,
+        "consume_timeout_s": 60.0,
+        "store_interval_s": 0.0,
+    }
     opts.update(kw)
     eng = ConcurrentEngine(EngineOptions(**opts))
     eng.assigned(TP)
@@ -124,7 +129,8 @@ class TestAckIndex:
         assert stored(eng.tick(0.0)) == {TP: 104}
 
     @pytest.mark.parametrize(
-        ("ack_index", "failed"), [(None, []), (3, []), (99, []), (-1, [0, 1, 2, 3]), (-7, [0, 1, 2, 3])]
+        ("ack_index", "failed"),
+        [(None, []), (3, []), (99, []), (-1, [0, 1, 2, 3]), (-7, [0, 1, 2, 3])],
     )
     def test_ack_index_edges(self, ack_index: int | None, failed: list[int]) -> None:
         eng = engine()
@@ -337,6 +343,17 @@ class TestRefusals:
         assert eng.publish_failed(back, Refusal.TOO_LARGE, 0.0) == []
         eng.published(back)  # the old copy's ack does not settle the message
         assert eng.committable(TP) == 0
+
+
+class TestStoreInterval:
+    def test_offsets_are_handed_out_at_most_every_store_interval(self) -> None:
+        eng = engine(batch_size=1, store_interval_s=0.02)
+        eng.settle_run(eng.fetched(TP, msgs(0, 2), end=2), [], 0.0)  # type: ignore[arg-type]
+        assert stored(eng.tick(1.000)) == {TP: 2}
+        eng.settle_run(eng.fetched(TP, msgs(2, 2), end=4), [], 1.0)  # type: ignore[arg-type]
+        assert stored(eng.tick(1.010)) == {}  # too soon
+        assert stored(eng.tick(1.021)) == {TP: 4}  # not lost: handed out next time
+        assert eng.committable(TP) == 4  # revoke and shutdown read it at once
 
 
 class TestBroadcasting:

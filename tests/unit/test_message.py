@@ -117,9 +117,24 @@ class TestMessageExt:
 
 
 class _Record:
-    def __init__(self, headers: list[tuple[str, bytes]] | None, value: bytes = b"v") -> None:
+    def __init__(
+        self,
+        headers: list[tuple[str, bytes]] | None,
+        value: bytes = b"v",
+        where: tuple[str, int, int] = ("orders", 0, 9),
+    ) -> None:
         self._headers = headers
         self._value = value
+        self._where = where
+
+    def topic(self) -> str:
+        return self._where[0]
+
+    def partition(self) -> int:
+        return self._where[1]
+
+    def offset(self) -> int:
+        return self._where[2]
 
     def value(self) -> bytes:
         return self._value
@@ -136,7 +151,8 @@ class _Record:
 
 class TestLazyView:
     def test_headers_are_decoded_only_when_asked(self) -> None:
-        rec = _Record([("UNIQ_KEY", b"U1"), ("RECONSUME_TIME", b"2"), ("TAGS", b"T")])
+        rec = _Record([("UNIQ_KEY", b"U1"), ("RECONSUME_TIME", b"2"), ("TAGS", b"T")],
+                      where=("orders", 1, 5))  # fmt: skip
         m = MessageExt.of_record(rec, kafka_topic="orders", topic="orders", partition=1, offset=5)
         assert (m.body, m.queue_id, m.queue_offset) == (b"v", 1, 5)
         assert (m.msg_id, m.reconsume_times, m.tags) == ("U1", 2, "T")
@@ -163,6 +179,7 @@ class TestLazyView:
         assert "x" not in m.properties
 
     def test_a_plain_record_needs_no_headers(self) -> None:
-        m = MessageExt.of_record(_Record(None), kafka_topic="t", topic="t", partition=2, offset=3)
+        rec = _Record(None, where=("t", 2, 3))
+        m = MessageExt.of_record(rec, kafka_topic="t", topic="t", partition=2, offset=3)
         assert (m.msg_id, m.reconsume_times, m.properties, m.tags) == ("t:2:3", 0, {}, None)
         assert m.redelivered().reconsume_times == 1

@@ -23,6 +23,10 @@ class EngineOptions:
     send_back_retry_interval_s: float = 5.0
     flow: FlowLimits = field(default_factory=FlowLimits)
     clustering: bool = True
+    #: committable offsets are handed out for storing at most this often (they are
+    #: committed in the background every ``auto.commit.interval.ms`` anyway; revoke and
+    #: shutdown commit what is settled at once)
+    store_interval_s: float = 0.02
 
 
 @dataclass(frozen=True, slots=True)

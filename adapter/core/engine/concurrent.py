@@ -68,6 +68,7 @@ class ConcurrentEngine:
         self._retries: list[tuple[float, int, SendBack]] = []  # (due, seq, failed copy)
         self._running: deque[tuple[Work, int]] = deque()  # pooled batches, in start order
         self._seq = itertools.count()
+        self._next_store = 0.0
 
     # -- partitions ------------------------------------------------------------------------
     def assigned(self, tp: TP) -> None:
@@ -227,9 +228,13 @@ class ConcurrentEngine:
 
     def _finish(self, part: PartitionState, work: Work) -> None:
         """Bookkeeping once a batch of ``work`` completed."""
-        if work.origin is None and work.left == 0 and work.nbytes:
-            part.nbytes -= work.nbytes
-            work.nbytes = 0
+        if work.origin is None and work.left == 0:
+            if work.nbytes:
+                part.nbytes -= work.nbytes
+                work.nbytes = 0
+            # a settled run is let go at once: its messages die young instead of being
+            # promoted by the garbage collector while they wait for the next tick
+            part.release_settled()
         self._dirty.add(part.tp)
 
     # -- publishing ------------------------------------------------------------------------
@@ -280,8 +285,13 @@ class ConcurrentEngine:
             actions = actions if actions is not _NO_ACTIONS else []
             actions.extend(self._due_retries(now))
         if self._dirty:
-            actions = actions if actions is not _NO_ACTIONS else []
-            actions.extend(self._flow_and_offsets())
+            store = now >= self._next_store
+            if store:
+                self._next_store = now + self.options.store_interval_s
+            found = self._flow_and_offsets(store=store)
+            if found:
+                actions = actions if actions is not _NO_ACTIONS else []
+                actions.extend(found)
         return actions
 
     def _timeouts(self, now: float) -> list[Action]:
@@ -333,33 +343,42 @@ class ConcurrentEngine:
             actions.append(RunWork(retry))
         return actions
 
-    def _flow_and_offsets(self) -> list[Action]:
-        actions: list[Action] = []
+    def _flow_and_offsets(self, *, store: bool) -> list[Action]:
+        """Flow control for the partitions that changed, and (``store``) their offsets."""
+        actions: list[Action] = _NO_ACTIONS
         offsets: list[tuple[TP, int]] = []
         flow = self.options.flow
         for tp in self._dirty:
             part = self._parts.get(tp)
             if part is None:
                 continue
-            offset = part.take_commit()
-            if offset is not None:
-                offsets.append((tp, offset))
+            if store:
+                offset = part.take_commit()
+                if offset is not None:
+                    offsets.append((tp, offset))
+            if not part.count and not part.paused:
+                continue  # nothing in flight: nothing to pause
+            span = part.span
             if part.count > flow.max_count:
                 reason: str | None = f"{part.count} messages in flight > {flow.max_count}"
             elif part.nbytes > flow.max_bytes:
                 reason = f"{part.nbytes} bytes in flight > {flow.max_bytes}"
-            elif part.span > flow.max_span:
-                reason = f"in-flight offset span {part.span} > {flow.max_span}"
+            elif span > flow.max_span:
+                reason = f"in-flight offset span {span} > {flow.max_span}"
             else:
                 reason = None
             if reason is not None and not part.paused:
                 part.paused = True
+                actions = actions if actions is not _NO_ACTIONS else []
                 actions.append(Pause(tp, reason))
             elif reason is None and part.paused:
                 part.paused = False
+                actions = actions if actions is not _NO_ACTIONS else []
                 actions.append(Resume(tp))
-        self._dirty.clear()
+        if store:
+            self._dirty.clear()
         if offsets:
+            actions = actions if actions is not _NO_ACTIONS else []
             actions.append(StoreOffsets(tuple(offsets)))
         return actions
 

@@ -167,11 +167,16 @@ class PartitionState:
         if self.position is None or end > self.position:
             self.position = end
 
-    def committable(self) -> int | None:
-        """The offset to commit ("next to read"): the smallest in flight, else the position."""
+    def release_settled(self) -> None:
+        """Drop the settled runs at the front (nothing in them is in flight)."""
         works = self.works
         while works and works[0].settled:
             works.popleft()
+
+    def committable(self) -> int | None:
+        """The offset to commit ("next to read"): the smallest in flight, else the position."""
+        self.release_settled()
+        works = self.works
         for work in works:  # the first run with something in flight decides
             first = work.first_unsettled()
             if first is not None:
