@@ -1,9 +1,12 @@
-"""``rmq-kafka``: the embedded broker, topics, the ScheduleService, DLQ tools, demo, bench.
+"""``rmq-kafka``: the embedded broker, topics, the ScheduleService, DLQ tools, admin commands
+(group progress and offset resets, message journeys, ScheduleService status), demo, bench.
 
 Every command that talks to Kafka takes the same connection settings: ``-b`` for
 ``bootstrap.servers`` (default: ``$KAFKA_BOOTSTRAP_SERVERS``, else the running embedded
 broker) and ``-X key=value`` / ``--config-file`` for anything else (``security.protocol``,
 ``sasl.*``, ``ssl.*``), so every client the command creates gets the same security.
+The admin commands take and print logical topic names (``--json`` for JSON) and fail with
+one line on stderr (exit code 2) on a bad name, a missing group or refused credentials.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import KafkaException
 
 from adapter.constants import HEADER_BODY_OMITTED
 from adapter.embedded.broker import EmbeddedKafkaError
@@ -152,10 +157,15 @@ def _service_stats(service: Any) -> dict[str, Any]:
 
 
 def _cmd_dlq(args: argparse.Namespace) -> int:
+    from adapter.ops.progress import ProgressReporter
     from adapter.services.dlq import read_dlq, redrive
 
     config = _kafka_config(args)
-    entries = read_dlq(config, args.group, limit=args.limit)
+    reading = ProgressReporter(f"reading %DLQ%{args.group}")
+    try:
+        entries = read_dlq(config, args.group, limit=args.limit, progress=reading)
+    finally:
+        reading.close()
     if args.action == "list":
         for e in entries:
             m = e.message
@@ -180,17 +190,215 @@ def _cmd_dlq(args: argparse.Namespace) -> int:
             )
         print(f"{len(entries)} dead letter(s) in %DLQ%{args.group}", file=sys.stderr)
     else:
-        result = redrive(
-            config,
-            args.group,
-            entries,
-            to_origin=args.to_origin,
-            skip_missing_bodies=args.skip_missing_bodies,
-        )
+        sending = ProgressReporter("redriving", every=10_000)
+        try:
+            result = redrive(
+                config,
+                args.group,
+                entries,
+                to_origin=args.to_origin,
+                skip_missing_bodies=args.skip_missing_bodies,
+                progress=sending,
+            )
+        finally:
+            sending.close()
         for msg_id, where, why in result.skipped:
             print(f"skipped {msg_id} (body at {where}): {why}", file=sys.stderr)
         print(f"redrove {result.sent} of {len(entries)} message(s)")
     return 0
+
+
+# --- admin commands --------------------------------------------------------------------------
+def _admin_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's Kafka config; librdkafka's own log lines only with ``-v`` (a refused
+    login is reported once, as the command's error)."""
+    from adapter.ops.kafka import CLIENT_LOG
+
+    CLIENT_LOG.setLevel(logging.DEBUG if args.verbose else logging.CRITICAL + 1)
+    return _kafka_config(args)
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+    else:
+        print("\n".join(lines))
+
+
+def _cmd_group(args: argparse.Namespace) -> int:
+    from adapter.ops.admin import group_progress, reset_group_offsets
+    from adapter.ops.errors import ResetIncompleteError
+
+    config = _admin_config(args)
+    if args.action == "progress":
+        progress = group_progress(config, args.group, timeout_s=args.timeout)
+        _emit(args, progress.to_json(), progress.render())
+        return 0
+    target = _reset_target(args)
+    try:
+        result = reset_group_offsets(
+            config, args.group, args.topic, target, force=args.force, timeout_s=args.timeout
+        )
+    except ResetIncompleteError as exc:  # say what was applied, then fail
+        _emit(args, {**exc.result.to_json(), "error": str(exc)}, exc.result.render())
+        raise
+    _emit(args, result.to_json(), result.render())
+    return 0
+
+
+def _reset_target(args: argparse.Namespace) -> Any:
+    from adapter.core.control import ResetTarget
+    from adapter.ops.timespec import parse_time
+
+    if args.to_earliest:
+        return ResetTarget.earliest()
+    if args.to_latest:
+        return ResetTarget.latest()
+    return ResetTarget.at(parse_time(args.to_time, "--to-time"))
+
+
+def _cmd_msg(args: argparse.Namespace) -> int:
+    import time
+
+    from adapter.ops.admin import find_message
+    from adapter.ops.journey import Matcher
+    from adapter.ops.progress import ProgressReporter
+    from adapter.ops.timespec import parse_since
+
+    matcher = Matcher(msg_id=args.id, key=args.key)
+    since_ms = parse_since(args.since, time.time_ns() // 1_000_000)
+    config = _admin_config(args)
+    reporter = ProgressReporter("scanning")
+    try:
+        result = find_message(
+            config,
+            matcher,
+            since_ms=since_ms,
+            topic=args.topic,
+            max_records=args.max_records,
+            timeout_s=args.timeout,
+            progress=reporter,
+        )
+    finally:
+        reporter.close()
+    if not result.journeys:
+        if args.json:
+            print(json.dumps(result.to_json(), ensure_ascii=False))
+        print(
+            f"rmq-kafka: error: no record of {matcher.describe()}; {result.summary()}",
+            file=sys.stderr,
+        )
+        return 1
+    _emit(args, result.to_json(), result.render())
+    return 0
+
+
+def _cmd_schedule_status(args: argparse.Namespace) -> int:
+    from adapter.ops.admin import schedule_status
+
+    status = schedule_status(
+        _admin_config(args), namespace=args.namespace, group=args.group, timeout_s=args.timeout
+    )
+    _emit(args, status.to_json(), status.render())
+    return 0
+
+
+def _add_admin_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        help="seconds to wait for Kafka (and, for a forced reset, the members) (default: 30)",
+    )
+    _add_kafka_args(p)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def _add_admin_parsers(sub: Any) -> None:
+    g = sub.add_parser("group", help="a consumer group's progress; reset its offsets")
+    gsub = g.add_subparsers(dest="action", required=True)
+    gp = gsub.add_parser(
+        "progress",
+        help="committed offset, end offset and lag per partition, members, DLQ size",
+    )
+    gp.add_argument("--group", required=True)
+    _add_admin_args(gp)
+    gp.set_defaults(func=_cmd_group)
+    gr = gsub.add_parser(
+        "reset-offset",
+        help="move the group's offsets on a topic (resetOffsetByTime); refuses a live group "
+        "unless --force",
+    )
+    gr.add_argument("--group", required=True)
+    gr.add_argument("--topic", required=True, help="logical topic name (e.g. orders, %%RETRY%%G)")
+    to = gr.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-time", metavar="ISO8601", help="e.g. 2026-11-23T10:00:00Z")
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    gr.add_argument(
+        "--force",
+        action="store_true",
+        help="on a live group: have its members reset their own partitions (via rmq.control) "
+        "and wait for their acknowledgements (--timeout)",
+    )
+    _add_admin_args(gr)
+    gr.set_defaults(func=_cmd_group)
+
+    m = sub.add_parser("msg", help="messages: find one and print its journey")
+    msub = m.add_subparsers(dest="action", required=True)
+    ms = msub.add_parser(
+        "show",
+        help="find a message by id or key in its topic, the delay levels, retry topics and "
+        "DLQs; print its journey",
+    )
+    which = ms.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", help="message id (UNIQ_KEY, or ORIGIN_MESSAGE_ID of a copy)")
+    which.add_argument("--key", help="one of the message's KEYS")
+    ms.add_argument("--topic", help="also scan this topic (logical name), where it was sent")
+    ms.add_argument(
+        "--since", default="24h", help="look back this long (24h, 90m, 7d) or since an ISO time"
+    )
+    ms.add_argument(
+        "--max-records",
+        type=_positive_int,
+        default=1_000_000,
+        help="stop after reading this many records (default: 1000000)",
+    )
+    _add_admin_args(ms)
+    ms.set_defaults(func=_cmd_msg)
+
+    sc = sub.add_parser("schedule", help="the ScheduleService's delay levels")
+    ssub = sc.add_subparsers(dest="action", required=True)
+    ss = ssub.add_parser(
+        "status", help="entries waiting, oldest due time and lag per delay-level topic"
+    )
+    ss.add_argument("--namespace")
+    ss.add_argument(
+        "--group",
+        help="the ScheduleService's group (default: rmq-schedule-service[.<namespace>])",
+    )
+    _add_admin_args(ss)
+    ss.set_defaults(func=_cmd_schedule_status)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -266,6 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka_args(d)
     d.set_defaults(func=_cmd_dlq)
 
+    _add_admin_parsers(sub)
+
     m = sub.add_parser("demo", help="end-to-end demo of the retry ladder on the embedded broker")
     m.add_argument("-b", "--bootstrap-servers")
     m.set_defaults(func=_cmd_demo)
@@ -304,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except (AdapterError, EmbeddedKafkaError) as exc:
         print(f"rmq-kafka: error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaException as exc:  # a client error no layer mapped: still one line
+        print(f"rmq-kafka: error: Kafka: {exc}", file=sys.stderr)
         return 2
 
 

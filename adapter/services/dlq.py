@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,8 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
-from adapter.core.codec import HeaderView, OmittedBody, decode_record, redrive_headers
+from adapter.core.codec import OmittedBody, decode_record, redrive_headers
+from adapter.core.headers import HeaderView
 from adapter.core.message import MessageExt
 from adapter.errors import (
     AdapterError,
@@ -73,10 +74,20 @@ def _reader(config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -
     return make_client(Consumer, conf, what="DLQ reader")
 
 
+Progress = Callable[[int, int | None], None]
+"""``progress(done, total)``, called as a long operation advances (``total`` may be ``None``)."""
+
+
 def read_dlq(
-    config: Mapping[str, Any], group: str, *, limit: int | None = None, timeout_s: float = 10.0
+    config: Mapping[str, Any],
+    group: str,
+    *,
+    limit: int | None = None,
+    timeout_s: float = 10.0,
+    progress: Progress | None = None,
 ) -> list[DeadLetterEntry]:
-    """Every entry of ``%DLQ%<group>`` from the beginning (bounded by ``limit``); reads only."""
+    """Every entry of ``%DLQ%<group>`` from the beginning (bounded by ``limit``); reads only.
+    ``progress(entries read, entries in the DLQ)`` is called as it goes."""
     kafka_topic = naming.to_kafka(naming.dlq_topic(group))
     consumer = _reader(config)
     try:
@@ -91,10 +102,14 @@ def read_dlq(
             return []
         parts = [TopicPartition(kafka_topic, p, OFFSET_BEGINNING) for p in tmd.partitions]
         ends = {}
+        total = 0
         for tp in parts:
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
             if high > low:
                 ends[tp.partition] = high
+                total += high - low
+        if limit is not None:
+            total = min(total, limit)
         if not ends:
             return []
         consumer.assign([tp for tp in parts if tp.partition in ends])
@@ -125,6 +140,8 @@ def read_dlq(
                 timestamp_ms=ts if ts_type else None,
             )
             out.append(DeadLetterEntry.of(msg))
+            if progress is not None:
+                progress(min(len(out), total), total)
             if kmsg.offset() + 1 >= ends[kmsg.partition()]:
                 done.add(kmsg.partition())
         return out
@@ -166,6 +183,7 @@ def redrive(
     to_origin: bool = False,
     skip_missing_bodies: bool = False,
     timeout_s: float = 30.0,
+    progress: Progress | None = None,
 ) -> RedriveResult:
     """Send DLQ entries back for consumption.
 
@@ -180,6 +198,7 @@ def redrive(
     and nothing is sent; ``skip_missing_bodies`` sends the others and reports the rest in
     ``RedriveResult.skipped``.  An empty body is never sent in place of an omitted one.
     Entries the broker refuses raise :class:`RedriveError` once every other entry is sent.
+    ``progress(entries acknowledged, entries to send)`` is called as the broker acknowledges.
     """
     bodies, missing = _bodies(config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s)
     if missing and not skip_missing_bodies:
@@ -202,9 +221,10 @@ def redrive(
         }
         records.append((msg.msg_id, target, record))
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
-    sent, failed, too_large = _send(producer, records, timeout_s, alone=False)
+    report = None if progress is None else _Counter(progress, len(records))
+    sent, failed, too_large = _send(producer, records, timeout_s, alone=False, progress=report)
     for one in too_large:  # refused with its batch: judged again in a batch of its own
-        n, why, _ = _send(producer, [one], timeout_s, alone=True)
+        n, why, _ = _send(producer, [one], timeout_s, alone=True, progress=report)
         sent += n
         failed.extend(why)
     result = RedriveResult(sent, tuple(missing), tuple(failed))
@@ -217,8 +237,24 @@ Record = tuple[str, str, dict[str, Any]]
 """``(msg_id, kafka topic, produce() keyword arguments)``."""
 
 
+class _Counter:
+    """Counts acknowledged records across sends and reports them to a :data:`Progress`."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def add(self) -> None:
+        self.done += 1
+        self.progress(self.done, self.total)
+
+
 def _send(
-    producer: Any, records: list[Record], timeout_s: float, *, alone: bool
+    producer: Any,
+    records: list[Record],
+    timeout_s: float,
+    *,
+    alone: bool,
+    progress: _Counter | None = None,
 ) -> tuple[int, list[Problem], list[Record]]:
     """Produce and flush: how many were acknowledged, which failed, and (unless ``alone``)
     which were refused as too large, maybe only for the batch they were in."""
@@ -231,6 +267,8 @@ def _send(
             nonlocal acked
             if err is None:
                 acked += 1
+                if progress is not None:
+                    progress.add()
             elif is_too_large(err) and not alone:
                 too_large.append(one)
             else:

@@ -4,8 +4,10 @@ CLI) works with the same credentials; wrong credentials fail fast with a clear e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -180,3 +182,210 @@ def test_a_principal_that_may_write_the_dlq_but_not_read_it(sasl_broker: Embedde
     assert "authoriz" in str(info.value).lower() or "not allowed" in str(info.value).lower()
     # the super user still sees the entry
     assert [e.message.body for e in read_dlq(admin_conf, group)] == [b"dead"]
+
+
+# --- the admin commands (group progress / reset-offset, msg show, schedule status) -----------
+def _admin_cli(
+    broker: EmbeddedKafka, props: Path, *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "adapter.cli",
+            *args,
+            "-b",
+            broker.bootstrap_servers,
+            "--config-file",
+            str(props),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _props(tmp_path: Path, settings: dict[str, str], name: str = "client.properties") -> Path:
+    props = tmp_path / name
+    props.write_text("\n".join(f"{k}={v}" for k, v in settings.items()))
+    return props
+
+
+def test_admin_commands_work_with_credentials(sasl_broker: EmbeddedKafka, tmp_path: Path) -> None:
+    """group progress / reset-offset (also --force through rmq.control), msg show and schedule
+    status, all with the credentials from --config-file."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Producer as RawProducer
+
+    from adapter.core.delay import DelayLevels
+    from adapter.io.topics import plan_topics
+    from adapter.ops.control import ControlChannel
+
+    conf = _conf(sasl_broker)
+    props = _props(tmp_path, sasl_broker.client_security())
+    topic = f"sec-admin-{uuid.uuid4().hex[:6]}"
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    ns = f"ns{uuid.uuid4().hex[:6]}"
+    levels = DelayLevels.parse("1s 5s")
+    ensure_topics(
+        conf, [TopicPlan(topic, topic, 1), *plan_topics(delay_levels=levels, namespace=ns)]
+    )
+    producer = RawProducer(conf)
+    for i in range(3):
+        producer.produce(topic, value=b"x", headers=[("UNIQ_KEY", f"sec-{group}-{i}".encode())])
+    producer.produce(
+        naming.to_kafka(naming.schedule_topic(2, levels, ns)),
+        value=b"x",
+        partition=0,
+        headers=[("REAL_TOPIC", topic.encode()), ("RMQ_DUE_MS", b"1")],
+    )
+    assert producer.flush(30) == 0
+
+    def commit(group_: str, kafka_topic: str, offset: int) -> None:
+        c = Consumer({**conf, "group.id": group_, "enable.auto.commit": False})
+        try:
+            c.commit(offsets=[TopicPartition(kafka_topic, 0, offset)], asynchronous=False)
+        finally:
+            c.close()
+
+    commit(group, topic, 1)
+    commit(f"rmq-schedule-service.{ns}", naming.to_kafka(naming.schedule_topic(2, levels, ns)), 0)
+
+    out = _admin_cli(sasl_broker, props, "group", "progress", "--group", group, "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = [r for r in json.loads(out.stdout)["partitions"] if r["topic"] == topic]
+    assert (row["committed"], row["end"], row["lag"]) == (1, 3, 2)
+    out = _admin_cli(
+        sasl_broker,
+        props,
+        "group",
+        "reset-offset",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-earliest",
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"{topic}[0]  1  →  0" in out.stdout
+    out = _admin_cli(sasl_broker, props, "msg", "show", "--id", f"sec-{group}-2", "--topic", topic)
+    assert out.returncode == 0, out.stderr
+    assert f"sent to {topic}[0]@2" in out.stdout
+    out = _admin_cli(sasl_broker, props, "schedule", "status", "--namespace", ns, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["waiting"] == 1
+
+    # --force: a live member with a ControlChannel on the same credentials acknowledges
+    stop = threading.Event()
+    acked: list[Any] = []
+
+    def member() -> None:
+        c = Consumer(
+            {
+                **conf,
+                "group.id": group,
+                "client.id": "sec-member",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+            }
+        )
+        c.subscribe([topic])
+        channel = None
+        try:
+            while not stop.is_set():
+                c.poll(0.05)
+                if not c.assignment():
+                    continue
+                if channel is None:
+                    channel = ControlChannel(conf, group, c.memberid())
+                    channel.open()
+                    ready.set()
+                for request in channel.poll():
+                    targets = request.offsets_for(
+                        [(tp.topic, tp.partition) for tp in c.assignment()]
+                    )
+                    c.commit(
+                        offsets=[TopicPartition(t, p, o) for (t, p), o in targets.items()],
+                        asynchronous=False,
+                    )
+                    channel.acknowledge(request, targets)
+                    acked.append(request)
+        finally:
+            if channel is not None:
+                channel.close()
+            c.close()
+
+    ready = threading.Event()
+    thread = threading.Thread(target=member, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(60)
+        out = _admin_cli(
+            sasl_broker,
+            props,
+            "group",
+            "reset-offset",
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--to-latest",
+            "--force",
+            "--timeout",
+            "20",
+        )
+        assert out.returncode == 0, out.stderr
+        assert "by sec-member@" in out.stdout and len(acked) == 1
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def test_admin_commands_fail_fast_naming_the_user_never_the_password(
+    sasl_broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    wrong = "not-the-password-4711"
+    props = _props(tmp_path, {**sasl_broker.client_security(), "sasl.password": wrong})
+    commands = [
+        ("group", "progress", "--group", "g"),
+        ("group", "reset-offset", "--group", "g", "--topic", "t", "--to-earliest"),
+        ("msg", "show", "--id", "x"),
+        ("schedule", "status"),
+    ]
+    for command in commands:
+        started = time.monotonic()
+        out = _admin_cli(sasl_broker, props, *command)
+        elapsed = time.monotonic() - started
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2, (command, out)
+        assert len(lines) == 1 and lines[0].startswith("rmq-kafka: error: "), (command, out.stderr)
+        assert "user 'admin'" in lines[0] and "SCRAM-SHA-256" in lines[0], lines[0]
+        assert "Traceback" not in out.stderr
+        assert wrong not in out.stderr + out.stdout
+        assert elapsed < 15, (command, elapsed)
+        print(f"{elapsed:.1f}s {lines[0]}")  # pytest -s: the messages as users see them
+
+
+def test_admin_commands_name_the_principal_without_an_acl(
+    sasl_broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    """A principal that may not describe the group gets an authorization error naming it."""
+    conf = _conf(sasl_broker)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    topic = f"acl-{uuid.uuid4().hex[:6]}"
+    ensure_topics(conf, [TopicPlan(topic, topic, 1)])
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    props = _props(tmp_path, sasl_broker.client_security("writer"), "writer.properties")
+    out = _admin_cli(sasl_broker, props, "group", "progress", "--group", group, timeout=60)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out
+    assert "user 'writer'" in lines[0] and "authoriz" in lines[0].lower(), lines[0]
+    assert USERS["writer"] not in out.stderr
+    print(lines[0])

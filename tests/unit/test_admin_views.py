@@ -1,0 +1,278 @@
+"""The admin commands' pure parts: lag arithmetic, reset targets, times, progress output and
+the text/JSON views (logical names out)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from adapter.core.control import ResetTarget
+from adapter.errors import InvalidInputError
+from adapter.ops.progress import ProgressReporter, render_bar
+from adapter.ops.timespec import InvalidTimeError, format_time, parse_since, parse_time
+from adapter.ops.views import (
+    DlqSize,
+    GroupInfo,
+    LevelPartition,
+    LevelStatus,
+    Member,
+    ResetResult,
+    ResetRow,
+    ScheduleStatus,
+    build_progress,
+    compute_lag,
+    format_span_ms,
+    reset_offsets,
+    subscribed_topics,
+)
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_795_448_570_000  # 2026-11-23T15:42:50Z
+
+
+# --- lag -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("committed", "start", "end", "kw", "lag"),
+    [
+        (17, 0, 20, {}, 3),
+        (20, 0, 20, {}, 0),
+        (None, 0, 20, {}, None),  # no committed offset: depends on auto.offset.reset
+        (5, 0, None, {}, None),  # the topic is gone
+        (3, 10, 20, {}, 10),  # committed below the log start: the rest was deleted
+        (19, 0, 20, {"drained": True}, 0),  # only a transaction marker after the commit
+        (17, 0, 20, {"head": 18}, 2),  # a marker / aborted record in front of the next one
+        (17, 0, 20, {"head": 12}, 3),  # a head behind the commit changes nothing
+        (25, 0, 20, {}, 0),  # never negative
+    ],
+)
+def test_compute_lag(
+    committed: int | None, start: int, end: int | None, kw: dict[str, object], lag: int | None
+) -> None:
+    assert compute_lag(committed, start, end, **kw) == lag  # type: ignore[arg-type]
+
+
+# --- reset targets ---------------------------------------------------------------------------
+def test_reset_offsets_per_target() -> None:
+    ends = {0: (0, 10), 1: (4, 8), 2: (0, 0)}
+    assert reset_offsets(ResetTarget.earliest(), ends) == {0: 0, 1: 4, 2: 0}
+    assert reset_offsets(ResetTarget.latest(), ends) == {0: 10, 1: 8, 2: 0}
+    # a time: the first record at or after it; none that recent -> the end
+    at = {0: 3, 1: None, 2: None}
+    assert reset_offsets(ResetTarget.at(NOW), ends, at) == {0: 3, 1: 8, 2: 0}
+    # clamped into the partition (a stale answer never points outside the log)
+    assert reset_offsets(ResetTarget.at(NOW), {0: (5, 10)}, {0: 2}) == {0: 5}
+
+
+# --- times -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2026-11-23T10:00:00Z", 1_795_428_000_000),
+        ("2026-11-23T12:00:00+02:00", 1_795_428_000_000),
+        ("2026-11-23T10:00:00.250Z", 1_795_428_000_250),
+        ("2026-11-23T10:00Z", 1_795_428_000_000),
+        ("20261123T100000Z", 1_795_428_000_000),
+        ("1795428000000", 1_795_428_000_000),
+        (" 2026-11-23T10:00:00Z ", 1_795_428_000_000),
+    ],
+)
+def test_parse_time(text: str, ms: int) -> None:
+    assert parse_time(text) == ms
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("2026-11-23T10:00:00", "no UTC offset"),
+        ("2026-11-23", "no UTC offset"),
+        ("yesterday", "not an ISO-8601 time"),
+        ("2026-13-01T00:00Z", "not an ISO-8601 time"),
+        ("", "expected an ISO-8601 time"),
+        ("1969-12-31T23:59:59Z", "out of range"),
+        ("99999999999999999", "out of range"),
+    ],
+)
+def test_parse_time_refuses_naming_the_field_and_value(text: str, why: str) -> None:
+    with pytest.raises(InvalidTimeError) as info:
+        parse_time(text, "--to-time")
+    assert isinstance(info.value, InvalidInputError)
+    assert (info.value.field, info.value.value) == ("--to-time", text)
+    assert why in str(info.value) and repr(text) in str(info.value)
+
+
+def test_parse_since() -> None:
+    assert parse_since("24h", NOW) == NOW - 86_400_000
+    assert parse_since("90m", NOW) == NOW - 5_400_000
+    assert parse_since("7d", NOW) == NOW - 7 * 86_400_000
+    assert parse_since("500ms", NOW) == NOW - 500
+    assert parse_since("2026-11-23T10:00:00Z", NOW) == 1_795_428_000_000
+    assert parse_since("99999d", NOW) == 0
+    for bad in ("24x", "-1h", "h", "soon"):
+        with pytest.raises(InvalidTimeError) as info:
+            parse_since(bad, NOW)
+        assert info.value.field == "--since" and info.value.value == bad
+
+
+def test_format_time_and_spans() -> None:
+    assert format_time(1_795_428_000_250) == "2026-11-23T10:00:00.250Z"
+    assert format_time(None) == "-"
+    assert [format_span_ms(v) for v in (None, 850, 12_340, 302_000, 7_380_000, 273_600_000)] == [
+        "-",
+        "850ms",
+        "12.3s",
+        "5m02s",
+        "2h03m",
+        "3d04h",
+    ]
+
+
+# --- progress --------------------------------------------------------------------------------
+def test_render_bar() -> None:
+    assert render_bar("scan", 30, 100, width=10) == "scan [###.......]  30% 30/100"
+    assert render_bar("scan", 150, 100, width=4) == "scan [####] 100% 100/100"
+    assert render_bar("scan", 7, None) == "scan 7"
+
+
+def test_progress_on_a_terminal_redraws_one_line() -> None:
+    out = io.StringIO()
+    ticks = iter(range(100))
+    reporter = ProgressReporter("scan", out, tty=True, clock=lambda: next(ticks) * 0.05)
+    for done in range(1, 11):
+        reporter(done, 10)
+    reporter.close()
+    text = out.getvalue()
+    assert text.startswith("\rscan [") and text.endswith("100% 10/10\n")
+    assert text.count("\n") == 1
+    assert 1 < text.count("\r") < 12  # throttled
+
+
+def test_progress_elsewhere_writes_a_line_every_n() -> None:
+    out = io.StringIO()
+    reporter = ProgressReporter("scanning", out, every=100, tty=False)
+    for done in (10, 99, 100, 150, 250, 260, 420):
+        reporter(done, 500)
+    reporter.close()
+    assert out.getvalue().splitlines() == [
+        "scanning: 100/500",
+        "scanning: 250/500",
+        "scanning: 420/500",
+    ]
+
+
+# --- views -----------------------------------------------------------------------------------
+M1 = Member("c1-aaa", "c1", "10.0.0.1", None, (("orders", 0), ("rmq.retry.G", 0)))
+M2 = Member("c2-bbb", "c2", "10.0.0.2", "static-2", (("orders", 1),))
+
+
+def test_group_progress_shows_logical_names_lag_owners_and_the_dlq() -> None:
+    info = GroupInfo("G", "STABLE", (M1, M2))
+    committed = {("orders", 0): 17, ("orders", 1): 5, ("rmq.retry.G", 0): 2, ("gone", 0): 3}
+    topics = subscribed_topics(info, committed, "rmq.retry.G", "rmq.dlq.G")
+    assert topics == ["gone", "orders", "rmq.retry.G"]
+    progress = build_progress(
+        info,
+        committed,
+        {"gone": None, "orders": [0, 1], "rmq.retry.G": [0]},
+        {("orders", 0): (0, 20), ("orders", 1): (0, 5), ("rmq.retry.G", 0): (0, 3)},
+        {("rmq.retry.G", 0): None},  # only a transaction marker left
+        DlqSize("%DLQ%G", "rmq.dlq.G", True, 2, 1),
+    )
+    rows = {(p.topic, p.partition): p for p in progress.partitions}
+    assert rows[("orders", 0)].lag == 3 and rows[("orders", 0)].owner == M1
+    assert rows[("%RETRY%G", 0)].lag == 0
+    assert rows[("gone", 0)].lag is None and rows[("gone", 0)].end is None
+    assert progress.lag == 3
+    data = progress.to_json()
+    assert data["group"] == "G" and data["state"] == "STABLE" and data["lag"] == 3
+    assert data["members"][0]["assignment"] == [
+        {"topic": "orders", "partition": 0},
+        {"topic": "%RETRY%G", "partition": 0},
+    ]
+    assert data["dlq"] == {
+        "topic": "%DLQ%G",
+        "kafka_topic": "rmq.dlq.G",
+        "exists": True,
+        "size": 2,
+        "partitions": 1,
+    }
+    text = "\n".join(progress.render())
+    assert "member c1@10.0.0.1  orders[0] %RETRY%G[0]  (c1-aaa)" in text
+    assert "%RETRY%G[0]" in text and "rmq.retry" not in text
+    assert "%DLQ%G: 2 message(s) in 1 partition(s)" in text
+    assert "total lag 3" in text
+
+
+def test_reset_result_views() -> None:
+    result = ResetResult(
+        "G",
+        "orders",
+        "orders",
+        ResetTarget.at(1_795_428_000_000),
+        "members",
+        (ResetRow(0, 17, 3, M1), ResetRow(1, None, 0, M2)),
+        request_id="r1",
+        not_applied=(2,),
+    )
+    lines = result.render()
+    assert lines[0] == (
+        "reset group G on orders to 2026-11-23T10:00:00.000Z "
+        "(applied by the live members, request r1)"
+    )
+    assert lines[1].split() == ["orders[0]", "17", "→", "3", "by", "c1@10.0.0.1"]
+    assert lines[2].split() == ["orders[1]", "-", "→", "0", "by", "c2@10.0.0.2"]
+    assert lines[3].split() == ["orders[2]", "NOT", "reset"]
+    data = result.to_json()
+    assert data["partitions"][0] == {
+        "partition": 0,
+        "old": 17,
+        "new": 3,
+        "by": "c1-aaa",
+        "by_client_id": "c1",
+    }
+    assert data["target"] == {
+        "kind": "time",
+        "time_ms": 1_795_428_000_000,
+        "text": "2026-11-23T10:00:00.000Z",
+    }
+    assert data["not_applied"] == [2]
+
+
+def test_schedule_status_waiting_oldest_due_and_lag() -> None:
+    level3 = LevelStatus(
+        3,
+        "10s",
+        "SCHEDULE_TOPIC_XXXX/L03-10s",
+        "rmq.schedule.L03-10s",
+        (
+            LevelPartition(0, 4, 0, 9, head=4, head_due_ms=NOW - 1500),
+            LevelPartition(1, None, 2, 5, head=2, head_due_ms=NOW - 500),  # never committed
+            LevelPartition(2, 7, 0, 8, drained=True),  # only a marker left
+        ),
+    )
+    level1 = LevelStatus(
+        1, "1s", "SCHEDULE_TOPIC_XXXX/L01-1s", "rmq.schedule.L01-1s", (LevelPartition(0, 3, 0, 3),)
+    )
+    assert [p.waiting for p in level3.partitions] == [5, 3, 0]
+    assert level3.waiting == 8 and level3.oldest_due_ms == NOW - 1500
+    assert level3.lag_ms(NOW) == 1500 and level3.lag_ms(NOW - 2000) == 0
+    assert level1.waiting == 0 and level1.oldest_due_ms is None and level1.lag_ms(NOW) is None
+    status = ScheduleStatus(
+        None, GroupInfo("rmq-schedule-service", "EMPTY", ()), (level1, level3), NOW
+    )
+    assert status.waiting == 8
+    text = status.render()
+    assert text[0] == "ScheduleService group rmq-schedule-service  state EMPTY  members: none"
+    assert text[2].split() == ["1", "SCHEDULE_TOPIC_XXXX/L01-1s", "0", "-", "-"]
+    assert text[3].split() == [
+        "3",
+        "SCHEDULE_TOPIC_XXXX/L03-10s",
+        "8",
+        "2026-11-23T15:42:48.500Z",
+        "1.5s",
+    ]
+    data = status.to_json()
+    assert data["levels"][1]["lag_ms"] == 1500
+    assert data["levels"][1]["oldest_due"] == "2026-11-23T15:42:48.500Z"
+    assert data["levels"][1]["partitions"][1]["waiting"] == 3
