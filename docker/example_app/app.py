@@ -1,0 +1,223 @@
+"""Example consumer app of the Docker stack (``docker/compose.yaml``), on the public API only.
+
+``python app.py consume``
+    Consumer group ``example`` on topic ``orders``.  A message whose body starts with
+    ``b"fail"`` fails (``RECONSUME_LATER``), anything else succeeds (``CONSUME_SUCCESS``).
+    With ``max_reconsume_times=2`` and the delay table ``1s 2s 3s 4s 5s 6s`` a failing
+    message is delivered three times (``reconsume_times`` 0, 1, 2; the retries wait on
+    levels 3 and 4: 3 s, then 4 s) and then lands in ``%DLQ%example``.  Every delivery is
+    logged as one JSON line on stdout (``{"event": "delivery", ...}``).
+
+``python app.py produce --ok 10 --fail 2``
+    Sends that many ``ok-...`` and ``fail-...`` messages to ``orders``.
+
+Environment: ``KAFKA_BOOTSTRAP_SERVERS`` (default ``broker:9092``), ``RMQ_DELAY_LEVELS``
+(default ``1s 2s 3s 4s 5s 6s``; every client of the stack must use the same table),
+``METRICS_PORT`` (default 9401, ``0`` = off), ``RMQ_TRACE_TOPIC`` (default
+``RMQ_SYS_TRACE_TOPIC``, the topic the Spark job reads; empty = off), and
+``RMQ_EXAMPLE_SCHEDULE_SERVICE=1`` to run a ScheduleService in this process (for a broker
+without the stack's schedule-service container).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from adapter import (
+    ConfigError,
+    ConsumeConcurrentlyStatus,
+    Message,
+    Producer,
+    PushConsumer,
+    ScheduleService,
+)
+
+GROUP = "example"
+TOPIC = "orders"
+MAX_RECONSUME_TIMES = 2
+DEFAULT_DELAY_LEVELS = "1s 2s 3s 4s 5s 6s"
+#: written once the consumer runs; the container's health check waits for it
+READY_FILE = Path(os.environ.get("RMQ_EXAMPLE_READY_FILE", "/tmp/example-consumer.ready"))
+#: written when the metrics endpoint is on; the health check then probes it too
+METRICS_MARKER = Path(os.environ.get("RMQ_EXAMPLE_METRICS_MARKER", "/tmp/example-consumer.metrics"))
+
+log = logging.getLogger("example")
+
+
+def kafka_config() -> dict[str, Any]:
+    return {"bootstrap.servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "broker:9092")}
+
+
+def delay_levels() -> str:
+    return os.environ.get("RMQ_DELAY_LEVELS", DEFAULT_DELAY_LEVELS)
+
+
+def metrics_port(default: int) -> int:
+    return int(os.environ.get("METRICS_PORT", str(default)))
+
+
+_emit_lock = threading.Lock()
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line on stdout (one write, so lines from worker threads never interleave)."""
+    line = json.dumps({"event": event, **fields}, ensure_ascii=False) + "\n"
+    with _emit_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def with_metrics(factory: Any, what: str, port: int, *args: Any, **options: Any) -> Any:
+    """``factory(*args, metrics_port=port, **options)``; if this build of the adapter has no
+    ``metrics_port`` option yet, the same without it (and a warning)."""
+    if port <= 0:
+        return factory(*args, **options), False
+    try:
+        return factory(*args, metrics_port=port, **options), True
+    except ConfigError as exc:
+        if "metrics_port" not in str(exc):
+            raise
+        log.warning("%s: this adapter build has no metrics_port option; metrics are off", what)
+        return factory(*args, **options), False
+
+
+def ensure_topic(config: dict[str, Any], topic: str, partitions: int) -> None:
+    """Create the user topic (a plain Kafka topic) unless it exists."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient(config)
+    deadline = time.monotonic() + 60
+    while True:
+        future = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]
+        try:
+            future.result(timeout=30)
+            log.info("created topic %s (%d partitions)", topic, partitions)
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if time.monotonic() > deadline:
+                raise
+            log.info("creating topic %s: %s (retrying)", topic, exc)
+            time.sleep(1)
+
+
+def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+    # consume_message_batch_max_size=1: one message per call
+    for msg in msgs:
+        failed = msg.body.startswith(b"fail")
+        emit(
+            "delivery",
+            group=GROUP,
+            topic=msg.topic,
+            msg_id=msg.msg_id,
+            keys=msg.keys,
+            body=msg.body[:200].decode("utf-8", "replace"),
+            reconsume_times=msg.reconsume_times,
+            result="failed" if failed else "ok",
+        )
+        if failed:
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
+def consume(args: argparse.Namespace) -> int:
+    config = kafka_config()
+    levels = delay_levels()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    READY_FILE.unlink(missing_ok=True)
+    METRICS_MARKER.unlink(missing_ok=True)
+    ensure_topic(config, TOPIC, args.partitions)
+
+    service = None
+    if os.environ.get("RMQ_EXAMPLE_SCHEDULE_SERVICE") == "1":
+        service, _ = with_metrics(
+            ScheduleService, "ScheduleService", metrics_port(0), config, delay_levels=levels
+        )
+        service.start()
+    trace_topic = os.environ.get("RMQ_TRACE_TOPIC", "RMQ_SYS_TRACE_TOPIC") or None
+    consumer, metrics_on = with_metrics(
+        PushConsumer,
+        "PushConsumer",
+        metrics_port(9401),
+        {**config, "group.id": GROUP},
+        max_reconsume_times=MAX_RECONSUME_TIMES,
+        delay_levels=levels,
+        consume_message_batch_max_size=1,
+        trace_topic=trace_topic,
+    )
+    consumer.subscribe(TOPIC, "*")
+    consumer.register_message_listener(listener)
+    consumer.start()
+    if metrics_on:
+        METRICS_MARKER.write_text(str(metrics_port(9401)))
+    READY_FILE.write_text("ready\n")
+    emit(
+        "started",
+        group=GROUP,
+        topic=TOPIC,
+        bootstrap=config["bootstrap.servers"],
+        delay_levels=levels,
+        max_reconsume_times=MAX_RECONSUME_TIMES,
+        metrics_port=metrics_port(9401) if metrics_on else None,
+        trace_topic=trace_topic,
+    )
+    try:
+        stop.wait()
+    finally:
+        READY_FILE.unlink(missing_ok=True)
+        consumer.shutdown()
+        if service is not None:
+            service.shutdown()
+        emit("stopped", group=GROUP)
+    return 0
+
+
+def produce(args: argparse.Namespace) -> int:
+    run = args.run_id or uuid.uuid4().hex[:8]
+    bodies = [f"ok-{run}-{i}" for i in range(args.ok)]
+    bodies += [f"fail-{run}-{i}" for i in range(args.fail)]
+    with Producer(kafka_config(), delay_levels=delay_levels()) as producer:
+        for body in bodies:
+            producer.send(Message(topic=TOPIC, body=body.encode(), keys=[body]))
+    emit("produced", topic=TOPIC, run_id=run, ok=args.ok, fail=args.fail)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="example-app", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("consume", help='run the "example" consumer group on "orders"')
+    c.add_argument("--partitions", type=int, default=3, help="partitions of a new orders topic")
+    c.set_defaults(func=consume)
+    p = sub.add_parser("produce", help='send ok-... and fail-... messages to "orders"')
+    p.add_argument("--ok", type=int, default=10)
+    p.add_argument("--fail", type=int, default=2)
+    p.add_argument("--run-id", help="tag in every body (default: random)")
+    p.set_defaults(func=produce)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

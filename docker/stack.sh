@@ -1,0 +1,25 @@
+# Shared by docker/up.sh and docker/down.sh (sourced): the compose command and the stack's
+# settings, with their defaults, exported for docker/compose.yaml.
+HERE=${HERE:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-rmq-kafka}
+export RMQ_STACK_TAG=${RMQ_STACK_TAG:-latest}
+export RMQ_STACK_KAFKA_PORT=${RMQ_STACK_KAFKA_PORT:-29092}
+export RMQ_STACK_PROMETHEUS_PORT=${RMQ_STACK_PROMETHEUS_PORT:-9090}
+export RMQ_STACK_SCHEDULE_METRICS_PORT=${RMQ_STACK_SCHEDULE_METRICS_PORT:-9400}
+export RMQ_STACK_CONSUMER_METRICS_PORT=${RMQ_STACK_CONSUMER_METRICS_PORT:-9401}
+RMQ_STACK_DATA=${RMQ_STACK_DATA:-$HERE/data}
+case "$RMQ_STACK_DATA" in /*) ;; *) RMQ_STACK_DATA=$PWD/$RMQ_STACK_DATA ;; esac
+export RMQ_STACK_DATA
+
+# `docker compose` (v2) when the CLI has it, else Debian's docker-compose (1.29)
+if [ -n "${COMPOSE_CMD:-}" ]; then
+  :
+elif docker compose version >/dev/null 2>&1; then
+  COMPOSE_CMD="docker compose"
+elif command -v docker-compose >/dev/null 2>&1; then
+  COMPOSE_CMD=docker-compose
+else
+  echo "$(basename "$0"): neither 'docker compose' nor docker-compose is installed" >&2
+  exit 1
+fi
+compose() { $COMPOSE_CMD -f "$HERE/compose.yaml" -p "$COMPOSE_PROJECT_NAME" "$@"; }

@@ -1,0 +1,539 @@
+"""The Docker stack (``docker/compose.yaml``) end to end, plus static checks of its files.
+
+The ``docker`` tests are opt-in: they run only with ``RMQ_DOCKER_TESTS=1`` and a reachable
+Docker engine (and ``docker compose`` or ``docker-compose``), and are skipped with the reason
+otherwise.  They build the images (``docker/build.sh``: the project's wheel from the working
+tree), bring the stack up with ``docker/up.sh`` under a compose project, ports and data
+directory of their own, push messages through the retry ladder into the DLQ, and check:
+
+* the example consumer's deliveries (``reconsume_times`` 0, 1, 2 for a failing message, one
+  delivery for the others) and the dead letters, read with ``rmq-kafka dlq list --group
+  example`` inside the stack;
+* the Spark streaming job's committed Parquet windows (retries, DLQ arrivals);
+* Prometheus (``/api/v1/targets``, ``/api/v1/query`` on 127.0.0.1) scraping the
+  ScheduleService and the consumer, and the metrics contract on both endpoints.  Until the
+  adapter has the ``metrics_port`` option / ``--metrics-port`` flag, that part is an xfail
+  naming what is missing.
+
+Minutes, not seconds (about 4 with the images built; the first build debootstraps Debian and
+copies pyspark): never part of the default suite.  ``RMQ_DOCKER_KEEP=1`` leaves the stack
+running afterwards (the project name is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE_FILE = DOCKER / "compose.yaml"
+DASHBOARD = DOCKER / "grafana" / "rmq-kafka-dashboard.json"
+
+GROUP = "example"
+TOPIC = "orders"
+SCHEDULE_GROUP = "rmq-schedule-service"
+MAX_RECONSUME_TIMES = 2
+N_OK = 10
+N_FAIL = 2
+DLQ_REASON = "MAX_RECONSUME_TIMES"
+
+#: the metrics contract (name -> labels); histograms are listed by their family name
+CONSUMER_METRICS = {
+    "rmq_consumer_messages_total": {"group", "topic", "result"},
+    "rmq_consumer_listener_duration_seconds": {"group", "topic"},
+    "rmq_consumer_batches_running": {"group"},
+    "rmq_consumer_messages_in_flight": {"group", "topic"},
+    "rmq_consumer_partitions_paused": {"group"},
+    "rmq_consumer_send_backs_total": {"group", "topic", "level"},
+    "rmq_consumer_dead_letters_total": {"group", "topic", "reason"},
+    "rmq_consumer_send_back_failures_total": {"group", "topic"},
+    "rmq_consumer_local_retries_total": {"group", "topic"},
+    "rmq_consumer_consume_timeouts_total": {"group", "topic"},
+    "rmq_consumer_lag_messages": {"group", "topic", "partition"},
+}
+SCHEDULE_METRICS = {
+    "rmq_schedule_forwarded_total": {"group", "level"},
+    "rmq_schedule_lateness_seconds": {"group", "level"},
+    "rmq_schedule_entries_waiting": {"group", "level"},
+    "rmq_schedule_oldest_due_timestamp_seconds": {"group", "level"},
+    "rmq_schedule_transactions_total": {"group", "outcome"},
+    "rmq_schedule_dead_letters_total": {"group", "reason"},
+}
+PRODUCER_METRICS = {
+    "rmq_producer_messages_sent_total": {"topic"},
+    "rmq_producer_send_failures_total": {"topic", "error"},
+    "rmq_producer_retries_total": {"topic"},
+    "rmq_producer_flow_control_backoffs_total": {"topic"},
+}
+ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS}
+HISTOGRAMS = {"rmq_consumer_listener_duration_seconds", "rmq_schedule_lateness_seconds"}
+
+# --------------------------------------------------------------------------------------------
+# static checks (no engine needed)
+# --------------------------------------------------------------------------------------------
+
+
+def _series_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b(rmq_[a-z_]+)\b", expr))
+
+
+def _family(series: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = series.removesuffix(suffix)
+        if base != series and base in HISTOGRAMS:
+            return base
+    return series
+
+
+@pytest.mark.unit
+def test_dashboard_uses_exactly_the_metrics_contract() -> None:
+    dash = json.loads(DASHBOARD.read_text("utf-8"))
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    used: set[str] = set()
+    for panel in panels:
+        assert panel["targets"], f"panel {panel['title']!r} has no query"
+        for target in panel["targets"]:
+            names = _series_names(target["expr"])
+            assert names, f"panel {panel['title']!r}: {target['expr']!r} names no rmq_ metric"
+            for name in names:
+                assert _family(name) in ALL_METRICS, f"{panel['title']!r}: unknown metric {name}"
+                if name in HISTOGRAMS:
+                    pytest.fail(f"{panel['title']!r}: histogram {name} without _bucket/_sum/_count")
+            used |= {_family(n) for n in names}
+    assert used == set(ALL_METRICS), f"not on the dashboard: {sorted(set(ALL_METRICS) - used)}"
+    variables = {v["name"] for v in dash["templating"]["list"]}
+    assert {"datasource", "group", "topic"} <= variables
+
+
+@pytest.mark.unit
+def test_prometheus_scrapes_the_compose_services() -> None:
+    prom = (DOCKER / "prometheus" / "prometheus.yml").read_text("utf-8")
+    compose = COMPOSE_FILE.read_text("utf-8")
+    assert '"schedule-service:9400"' in prom and '"example-consumer:9401"' in prom
+    services = ("broker", "schedule-service", "example-consumer", "spark-metrics", "prometheus")
+    for service in services:
+        assert re.search(rf"^  {re.escape(service)}:$", compose, re.M), service
+    # every published port is bound to the loopback interface
+    published = re.findall(r'^\s+- "([^"]*:\d+)"$', compose, re.M)
+    assert published and all(p.startswith("127.0.0.1:") for p in published), published
+
+
+# --------------------------------------------------------------------------------------------
+# the stack
+# --------------------------------------------------------------------------------------------
+
+
+def _run(
+    args: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion; its output captured, its exit status not checked."""
+    return subprocess.run(
+        args, check=False, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def _compose_command() -> list[str] | None:
+    try:
+        if _run(["docker", "compose", "version"], timeout=30).returncode == 0:
+            return ["docker", "compose"]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("RMQ_DOCKER_TESTS") != "1":
+        return "opt-in: set RMQ_DOCKER_TESTS=1 (builds the images, runs the whole stack: minutes)"
+    if shutil.which("docker") is None:
+        return "no docker CLI on PATH"
+    try:
+        info = _run(["docker", "info"], timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no Docker engine reachable ({exc})"
+    if info.returncode != 0:
+        return "no Docker engine reachable (docker info failed; start dockerd)"
+    if _compose_command() is None:
+        return "neither 'docker compose' nor docker-compose is installed"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode("utf-8"))
+
+
+def _wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
+    """``probe()`` until it returns something truthy; fails with its last result or error."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = probe()
+            if last:
+                return last
+        except Exception as exc:  # not ready yet
+            last = exc
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout:.0f}s (last: {last!r})")
+        time.sleep(interval)
+
+
+@dataclass
+class Stack:
+    project: str
+    env: dict[str, str]
+    compose_cmd: list[str]
+    kafka_port: int
+    prometheus_port: int
+    schedule_metrics_port: int
+    consumer_metrics_port: int
+    data: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def prometheus(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    def compose(self, *args: str, check: bool = True, timeout: float = 120) -> str:
+        cmd = [*self.compose_cmd, "-f", str(COMPOSE_FILE), "-p", self.project, *args]
+        res = _run(cmd, timeout, self.env)
+        if check and res.returncode != 0:
+            output = _tail(res.stdout + res.stderr)
+            pytest.fail(f"{' '.join(args)}: exit {res.returncode}\n{output}")
+        return res.stdout
+
+    def exec(self, service: str, *args: str, check: bool = True) -> str:
+        return self.compose("exec", "-T", service, *args, check=check)
+
+    def has_file(self, service: str, path: str) -> bool:
+        cmd = [*self.compose_cmd, "-f", str(COMPOSE_FILE), "-p", self.project]
+        return _run([*cmd, "exec", "-T", service, "test", "-f", path], 60, self.env).returncode == 0
+
+    def logs(self, service: str) -> str:
+        """The service container's own stdout + stderr (no compose prefixes)."""
+        cid = self.compose("ps", "-q", service).strip()
+        res = _run(["docker", "logs", cid], timeout=60)
+        return res.stdout + res.stderr
+
+    def events(self, service: str, event: str) -> list[dict[str, Any]]:
+        out = []
+        for line in self.logs(service).splitlines():
+            if line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("event") == event:
+                    out.append(record)
+        return out
+
+    def prom_query(self, query: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        body = _http_json(url)
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def prom_value(self, query: str) -> float:
+        result = self.prom_query(query)
+        return sum(float(r["value"][1]) for r in result) if result else 0.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    compose_cmd = _compose_command()
+    assert compose_cmd is not None
+    build = _run([str(DOCKER / "build.sh")], timeout=1500)
+    if build.returncode != 0:
+        pytest.fail(f"docker/build.sh failed:\n{_tail(build.stdout + build.stderr)}")
+    ports = [_free_port() for _ in range(4)]
+    data = tmp_path_factory.mktemp("stack-data")
+    project = f"rmq-kafka-test-{os.getpid()}"
+    env = {
+        **os.environ,
+        "COMPOSE_PROJECT_NAME": project,
+        "COMPOSE_CMD": " ".join(compose_cmd),
+        "RMQ_STACK_KAFKA_PORT": str(ports[0]),
+        "RMQ_STACK_PROMETHEUS_PORT": str(ports[1]),
+        "RMQ_STACK_SCHEDULE_METRICS_PORT": str(ports[2]),
+        "RMQ_STACK_CONSUMER_METRICS_PORT": str(ports[3]),
+        "RMQ_STACK_DATA": str(data),
+    }
+    s = Stack(
+        project,
+        env,
+        compose_cmd,
+        kafka_port=ports[0],
+        prometheus_port=ports[1],
+        schedule_metrics_port=ports[2],
+        consumer_metrics_port=ports[3],
+        data=data,
+    )
+    try:
+        up = _run([str(DOCKER / "up.sh"), "--timeout", "420"], 600, env)
+        print(up.stdout)
+        if up.returncode != 0:
+            pytest.fail(f"docker/up.sh failed:\n{_tail(up.stdout + up.stderr, 80)}")
+        assert f"127.0.0.1:{s.kafka_port}" in up.stdout, "up.sh prints the host bootstrap"
+        yield s
+    finally:
+        if os.environ.get("RMQ_DOCKER_KEEP") == "1":
+            print(f"RMQ_DOCKER_KEEP=1: stack {project} left running (data in {data})")
+        else:
+            _run([str(DOCKER / "down.sh"), "--purge"], 300, env)
+
+
+@dataclass
+class Traffic:
+    run_id: str
+    ok: list[str]
+    fail: list[str]
+    dead_letters: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def traffic(stack: Stack) -> Traffic:
+    """N_OK good and N_FAIL failing messages, sent with the adapter's Producer inside the
+    stack; returns once every failing one is in %DLQ%example."""
+    run_id = uuid.uuid4().hex[:8]
+    out = stack.exec(
+        "example-consumer",
+        "python",
+        "/opt/example_app/app.py",
+        "produce",
+        "--ok",
+        str(N_OK),
+        "--fail",
+        str(N_FAIL),
+        "--run-id",
+        run_id,
+    )
+    assert '"produced"' in out, out
+    ok = [f"ok-{run_id}-{i}" for i in range(N_OK)]
+    fail = [f"fail-{run_id}-{i}" for i in range(N_FAIL)]
+
+    def dead_letters() -> list[dict[str, Any]] | None:
+        lines = stack.exec("example-consumer", "rmq-kafka", "dlq", "list", "--group", GROUP)
+        entries = [json.loads(line) for line in lines.splitlines() if line.startswith("{")]
+        mine = [e for e in entries if run_id in e["body"]]
+        return mine if len(mine) >= N_FAIL else None
+
+    # 3 s (level 3) + 4 s (level 4) of retry delays, plus polling and scheduling
+    entries = _wait_for("the failing messages in %DLQ%example", dead_letters, timeout=120)
+    return Traffic(run_id, ok, fail, entries)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1800)
+def test_retry_ladder_then_dlq(stack: Stack, traffic: Traffic) -> None:
+    assert sorted(e["body"] for e in traffic.dead_letters) == sorted(traffic.fail)
+    for entry in traffic.dead_letters:
+        assert entry["origin_topic"] == TOPIC, entry
+        assert entry["reason"] == DLQ_REASON, entry
+        assert entry["reconsume_times"] >= MAX_RECONSUME_TIMES, entry
+
+    deliveries = [
+        d for d in stack.events("example-consumer", "delivery") if traffic.run_id in d["body"]
+    ]
+    by_body: dict[str, list[dict[str, Any]]] = {}
+    for d in deliveries:
+        by_body.setdefault(d["body"], []).append(d)
+    for body in traffic.fail:
+        seen = sorted(d["reconsume_times"] for d in by_body.get(body, []))
+        assert seen == [0, 1, 2], f"{body}: deliveries with reconsume_times {seen}"
+        assert all(d["topic"] == TOPIC and d["result"] == "failed" for d in by_body[body])
+    for body in traffic.ok:
+        got = by_body.get(body, [])
+        assert [d["reconsume_times"] for d in got] == [0], f"{body}: {got}"
+        assert got[0]["result"] == "ok"
+
+
+def _committed_parquet(data: Path) -> list[Path]:
+    """The Parquet files the sink committed (its _spark_metadata log), as host paths."""
+    out = data / "consume-metrics"
+    log = out / "_spark_metadata"
+    files: set[str] = set()
+    if log.is_dir():
+        for batch in log.iterdir():
+            if batch.name.startswith("."):
+                continue
+            for line in batch.read_text("utf-8").splitlines()[1:]:
+                entry = json.loads(line)
+                if entry.get("action") == "add":
+                    files.add(Path(urllib.parse.urlparse(entry["path"]).path).name)
+    return sorted(out / name for name in files)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1800)
+def test_spark_streaming_output(stack: Stack, traffic: Traffic) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from confluent_kafka import Producer as KafkaProducer
+
+    # a window is written once the watermark (10 s) passes its end (10 s windows): keep
+    # events coming -- plain Kafka records from the host, through the host listener
+    ticker = KafkaProducer({"bootstrap.servers": stack.bootstrap})
+    ticks = 0
+
+    def totals() -> dict[str, Any] | None:
+        nonlocal ticks
+        ticker.produce(TOPIC, value=f"tick-{traffic.run_id}-{ticks}".encode())
+        ticker.flush(10)
+        ticks += 1
+        rows = [
+            row
+            for path in _committed_parquet(stack.data)
+            for row in pq.read_table(path).to_pylist()
+            if row["group"] == GROUP and row["topic"] == TOPIC
+        ]
+        sums: dict[str, Any] = {
+            k: sum(r[k] or 0 for r in rows)
+            for k in ("consumed", "succeeded", "failed", "retried", "dlq_arrivals")
+        }
+        by_rc: dict[int, int] = {}
+        for r in rows:
+            for k, v in r["retries_by_reconsume_times"] or []:
+                by_rc[k] = by_rc.get(k, 0) + v
+        sums["retries_by_reconsume_times"] = by_rc
+        sums["windows"] = len(rows)
+        done = sums["dlq_arrivals"] >= N_FAIL and sums["succeeded"] >= N_OK
+        return sums if done else None
+
+    sums = _wait_for("the Spark job's Parquet windows", totals, timeout=300, interval=3)
+    assert sums["dlq_arrivals"] == N_FAIL, sums
+    assert sums["retried"] == MAX_RECONSUME_TIMES * N_FAIL, sums
+    assert sums["failed"] == (MAX_RECONSUME_TIMES + 1) * N_FAIL, sums
+    assert sums["retries_by_reconsume_times"] == {0: N_FAIL, 1: N_FAIL}, sums
+    assert sums["consumed"] >= N_OK + (MAX_RECONSUME_TIMES + 1) * N_FAIL, sums
+
+
+def _metric_families(text: str) -> dict[str, str]:
+    """``# TYPE`` lines of a Prometheus text exposition: family -> type."""
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+
+
+def _has_family(families: dict[str, str], name: str) -> bool:
+    # the text format names a counter's family without ``_total`` (prometheus-client)
+    return name in families or name.removesuffix("_total") in families
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1800)
+def test_prometheus_scrapes_the_metrics_contract(stack: Stack, traffic: Traffic) -> None:
+    targets = _http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
+    scraped = {t["labels"]["job"]: t for t in targets}
+    assert scraped["rmq-schedule-service"]["scrapeUrl"] == "http://schedule-service:9400/metrics"
+    assert scraped["rmq-example-consumer"]["scrapeUrl"] == "http://example-consumer:9401/metrics"
+
+    missing = [
+        what
+        for what, service, marker in (
+            (
+                "--metrics-port (rmq-kafka schedule-service run)",
+                "schedule-service",
+                "/tmp/schedule-service.metrics",
+            ),
+            ("PushConsumer(metrics_port=...)", "example-consumer", "/tmp/example-consumer.metrics"),
+        )
+        if not stack.has_file(service, marker)
+    ]
+    if missing:
+        pytest.xfail(f"this adapter build has no {', '.join(missing)} yet: metrics are off")
+
+    def all_up() -> bool:
+        ts = _http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
+        health = {t["labels"]["job"]: t["health"] for t in ts}
+        return (
+            health.get("rmq-schedule-service") == "up"
+            and health.get("rmq-example-consumer") == "up"
+        )
+
+    _wait_for("both targets up in Prometheus", all_up, timeout=90)
+
+    # the endpoints themselves, published on the host
+    consumer = _metric_families(
+        _http_text(f"http://127.0.0.1:{stack.consumer_metrics_port}/metrics")
+    )
+    schedule = _metric_families(
+        _http_text(f"http://127.0.0.1:{stack.schedule_metrics_port}/metrics")
+    )
+    assert [m for m in CONSUMER_METRICS if not _has_family(consumer, m)] == []
+    assert [m for m in SCHEDULE_METRICS if not _has_family(schedule, m)] == []
+    assert consumer.get("rmq_consumer_listener_duration_seconds") == "histogram"
+    assert schedule.get("rmq_schedule_lateness_seconds") == "histogram"
+
+    g = f'group="{GROUP}"'
+    s = f'group="{SCHEDULE_GROUP}"'
+    want = {
+        f'rmq_consumer_messages_total{{{g},topic="{TOPIC}",result="ok"}}': N_OK,
+        f'rmq_consumer_messages_total{{{g},topic="{TOPIC}",result="failed"}}': (
+            MAX_RECONSUME_TIMES + 1
+        )
+        * N_FAIL,
+        f'rmq_consumer_send_backs_total{{{g},topic="{TOPIC}",level="3"}}': N_FAIL,
+        f'rmq_consumer_send_backs_total{{{g},topic="{TOPIC}",level="4"}}': N_FAIL,
+        f'rmq_consumer_dead_letters_total{{{g},topic="{TOPIC}",reason="{DLQ_REASON}"}}': N_FAIL,
+        f"rmq_consumer_listener_duration_seconds_count{{{g}}}": N_OK
+        + (MAX_RECONSUME_TIMES + 1) * N_FAIL,
+        f'rmq_schedule_forwarded_total{{{s},level="3"}}': N_FAIL,
+        f'rmq_schedule_forwarded_total{{{s},level="4"}}': N_FAIL,
+        f"rmq_schedule_lateness_seconds_count{{{s}}}": MAX_RECONSUME_TIMES * N_FAIL,
+        f'rmq_schedule_transactions_total{{{s},outcome="committed"}}': 1,
+    }
+
+    def reached() -> dict[str, float] | None:
+        got = {q: stack.prom_value(f"sum({q})") for q in want}
+        return got if all(got[q] >= n for q, n in want.items()) else None
+
+    _wait_for(f"the counters in Prometheus ({want})", reached, timeout=90, interval=3)
+
+    # gauges: present for the group (values move)
+    for query in (
+        f"rmq_consumer_batches_running{{{g}}}",
+        f'rmq_consumer_messages_in_flight{{{g},topic="{TOPIC}"}}',
+        f"rmq_consumer_partitions_paused{{{g}}}",
+        f'rmq_consumer_lag_messages{{{g},topic="{TOPIC}"}}',
+        f'rmq_consumer_lag_messages{{{g},topic="%RETRY%{GROUP}"}}',
+        f"rmq_schedule_entries_waiting{{{s}}}",
+    ):
+        assert stack.prom_query(query), f"no series for {query}"
+    assert stack.prom_value(f"sum(rmq_consumer_messages_in_flight{{{g}}})") >= 0
