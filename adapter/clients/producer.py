@@ -101,9 +101,9 @@ _DEFAULT_PROPAGATION_MS = 30_000
 #: Longest poll: how soon the poll thread notices shutdown.
 _POLL_INTERVAL_S = 0.1
 _UNKNOWN_TOPIC_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
-#: Idle in-flight records kept for reuse by any producer (see ``_Pending``), at most
-#: (about 130 bytes each):
-_POOL_MAX = 65_536
+#: Idle in-flight records a producer keeps for reuse (see ``_Pending``), at most (about
+#: 130 bytes each; as many as are in flight at once is enough):
+_POOL_MAX = 8192
 _RESULT_FIELDS = ("status", "msg_id", "topic", "queue_id", "queue_offset")
 
 
@@ -200,7 +200,7 @@ class _Pending:
     """One asynchronous send in flight: what its delivery report needs, what a resend needs.
 
     It is its own first ``on_delivery`` (no closure per message).  And it is pooled: once
-    its report succeeded it goes back to ``_POOL`` for a later send, so in-flight sends
+    its report succeeded it goes back to its producer's pool for a later send, so in-flight sends
     create nothing the garbage collector has to track -- at high rates collecting thousands
     of short-lived in-flight objects cost more than the sends themselves.
     """
@@ -253,18 +253,15 @@ class _Pending:
         _set_queue_offset(result, kmsg.offset())
         # back to the pool before the callback runs (it may send again), without the body
         # and the callback (key and headers are small, and overwritten on reuse)
+        pool = self.producer._pool
         self.callback = self.value = None
         self.producer = None  # type: ignore[assignment]  # set again when reused
-        if len(_POOL) < _POOL_MAX:
-            _POOL.append(self)
+        if len(pool) < _POOL_MAX:
+            pool.append(self)
         try:
             callback(result, None)  # type: ignore[misc]
         except Exception:
             log.exception("send callback raised")
-
-
-#: the pool of idle ``_Pending`` records (``list.append``/``pop`` are atomic)
-_POOL: list[_Pending] = []
 
 
 class _Resend:
@@ -376,6 +373,8 @@ class Producer:
         self._errors = FatalErrorWatch(conf.get("error_cb"))
         conf["error_cb"] = self._errors
         self._config = conf
+        #: idle in-flight records for reuse (``list.append``/``pop`` are atomic)
+        self._pool: list[_Pending] = []
         self._client: Any = None
         #: the client the poll thread serves (resends still go out while shutting down)
         self._live: Any = None
@@ -799,8 +798,9 @@ class Producer:
                 if partition is None:
                     partition = _ANY_PARTITION
                 key = msg.sharding_key
+                pool = self._pool
                 try:
-                    pending = _POOL.pop() if _POOL else _Pending(self)
+                    pending = pool.pop() if pool else _Pending(self)
                 except IndexError:  # another thread took the last one
                     pending = _Pending(self)
                 pending.producer = self
@@ -824,8 +824,9 @@ class Producer:
         self._send_record(record, callback, self.options.retry_times_when_send_async_failed)
 
     def _send_record(self, record: _Record, callback: SendCallback, retries: int) -> None:
+        pool = self._pool
         try:
-            pending = _POOL.pop() if _POOL else _Pending(self)
+            pending = pool.pop() if pool else _Pending(self)
         except IndexError:  # another thread took the last one
             pending = _Pending(self)
         pending.producer = self

@@ -45,6 +45,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from adapter.errors import AdapterError
+
 __all__ = [
     "DEFAULT_INSTANCE",
     "KAFKA_VERSION",
@@ -75,8 +77,11 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _log = logging.getLogger(__name__)
 
 
-class EmbeddedKafkaError(RuntimeError):
-    """The embedded broker (or its jars) could not be prepared, started or controlled."""
+class EmbeddedKafkaError(AdapterError, RuntimeError):
+    """The embedded broker (or its jars) could not be prepared, started or controlled.
+
+    An :class:`~adapter.errors.AdapterError`, and a ``RuntimeError`` as before.
+    """
 
 
 @dataclass(frozen=True)

@@ -192,4 +192,3 @@ class ClientLoop:
 
         guarded.__name__ = getattr(callback, "__name__", "callback")
         return guarded
-

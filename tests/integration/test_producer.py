@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Message as KafkaMessage
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from adapter.clients.producer import Producer, SendResult, SendStatus
 from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
@@ -28,11 +29,14 @@ from adapter.constants import (
 from adapter.core.backoff import ExponentialBackoff
 from adapter.core.message import Message
 from adapter.errors import (
+    AdapterError,
     BrokerUnavailableError,
+    FlowControlError,
     InvalidDelayLevelError,
     KafkaClientError,
     MessageTooLargeError,
     PossiblyPersistedError,
+    RetriesExhaustedError,
     UnknownTopicError,
 )
 from adapter.testing import TopicFactory
@@ -236,7 +240,7 @@ def test_send_oneway_reaches_kafka(kafka_bootstrap_servers: str, kafka_topic: st
 
 @pytest.mark.timeout(60)
 def test_unknown_topic_raises_unknown_topic_error_naming_it(
-    producer: Producer, kafka_topic_factory: TopicFactory, kafka_bootstrap_servers: str
+    kafka_topic_factory: TopicFactory, kafka_bootstrap_servers: str
 ) -> None:
     """The session broker may auto-create topics (the embedded one does: Kafka's default), and
     a producer's metadata request then creates any name it asks about.  A name that collides
@@ -248,6 +252,10 @@ def test_unknown_topic_raises_unknown_topic_error_naming_it(
     if not _broker_auto_creates(kafka_bootstrap_servers):
         names.append(f"qa-unknown-{uuid.uuid4().hex}")
 
+    # the wait for metadata to show the topic is bounded by topic.metadata.propagation.max.ms
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "topic.metadata.propagation.max.ms": 1000}
+    ).start()
     for name in names:
         with pytest.raises(UnknownTopicError) as sync_err:
             producer.send(Message(topic=name, body=b"x"))
@@ -258,6 +266,7 @@ def test_unknown_topic_raises_unknown_topic_error_naming_it(
         assert name in str(async_err.value)
         with pytest.raises(UnknownTopicError):
             producer.send_batch([Message(topic=name, body=b"x")])
+    producer.shutdown()
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
     assert missing not in admin.list_topics(timeout=10).topics
@@ -374,6 +383,152 @@ def test_local_queue_full_backs_off_and_then_delivers(
         assert 0.8 <= s <= 120 * 1.2
 
 
+@pytest.mark.timeout(90)
+def test_flow_control_resends_start_no_thread_and_never_sleep_on_the_callback_thread(
+    kafka_bootstrap_servers: str, kafka_topic: str
+) -> None:
+    """A one-message local queue: every message sent from a send callback meets a full queue
+    (the message whose report is being served still counts).  That resend is scheduled on the
+    poll thread's heap -- no thread per resend, no sleep on the callback thread, which would
+    stop the very reports that drain the queue.  Only the sending thread backs off."""
+    sleeps: list[tuple[float, threading.Thread]] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append((seconds, threading.current_thread()))
+        time.sleep(min(seconds, 0.05))
+
+    n = 15
+    outcomes: dict[bytes, Exception | None] = {}
+    callback_threads: set[threading.Thread] = set()
+    threads_alive: list[int] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    with Producer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "queue.buffering.max.messages": 1},
+        sleep=sleep,
+        backoff=ExponentialBackoff(initial_s=0.02, multiplier=1.5, max_s=0.2),
+        retry_times_when_send_async_failed=40,
+    ) as p:
+        p.send(Message(topic=kafka_topic, body=b"warm-up"))
+        baseline = threading.active_count()
+
+        def record(body: bytes, exc: Exception | None) -> None:
+            with lock:
+                outcomes[body] = exc
+                callback_threads.add(threading.current_thread())
+                threads_alive.append(threading.active_count())
+                if len(outcomes) == 2 * n:
+                    done.set()
+
+        def then_send(i: int):  # type: ignore[no-untyped-def]
+            def cb(result: SendResult | None, exc: Exception | None) -> None:
+                record(b"a%d" % i, exc)
+                p.send_async(  # the queue is full here: its own message still counts
+                    Message(topic=kafka_topic, body=b"b%d" % i),
+                    lambda r, e: record(b"b%d" % i, e),
+                )
+
+            return cb
+
+        for i in range(n):
+            p.send_async(Message(topic=kafka_topic, body=b"a%d" % i), then_send(i))
+        assert done.wait(60), f"{len(outcomes)} of {2 * n} callbacks ran"
+
+    assert {body: exc for body, exc in outcomes.items() if exc is not None} == {}
+    assert max(threads_alive) <= baseline, "a resend started a thread"
+    slept_on = {thread for _, thread in sleeps}
+    assert not slept_on & callback_threads, "slept on the callback thread"
+    values = {r.value() for r in _read(kafka_bootstrap_servers, kafka_topic, count=2 * n + 1)}
+    assert values == {b"warm-up"} | {b"%s%d" % (x, i) for x in (b"a", b"b") for i in range(n)}
+
+
+@pytest.mark.timeout(60)
+def test_send_finds_a_topic_created_just_before(kafka_bootstrap_servers: str) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    names = [f"qa-fresh-{uuid.uuid4().hex}" for _ in range(3)]
+    try:
+        with Producer(
+            {"bootstrap.servers": kafka_bootstrap_servers, "allow.auto.create.topics": False}
+        ) as p:
+            for name in names:
+                admin.create_topics([NewTopic(name, 1, -1)])[name].result(timeout=30)
+                result = p.send(Message(topic=name, body=b"x"))  # no wait for the metadata
+                assert result.status is SendStatus.SEND_OK and result.topic == name
+    finally:
+        admin.delete_topics(names, operation_timeout=10)
+
+
+@pytest.mark.timeout(90)
+def test_send_finds_a_topic_that_appears_while_it_looks(kafka_bootstrap_servers: str) -> None:
+    """The topic is created only after the producer's first lookup came back empty (its
+    ``metadata`` debug log says so): the send keeps looking instead of calling it unknown."""
+    name = f"qa-late-{uuid.uuid4().hex}"
+    looked = threading.Event()
+
+    class SeeLookups(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if name in text and "Unknown topic" in text:
+                looked.set()
+
+    logger = logging.getLogger(f"qa.producer.{name}")
+    logger.addHandler(SeeLookups())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    outcome: dict[str, Any] = {}
+    try:
+        with Producer(
+            {
+                "bootstrap.servers": kafka_bootstrap_servers,
+                "allow.auto.create.topics": False,  # the lookup must not create it
+                "topic.metadata.propagation.max.ms": 30_000,
+                "debug": "metadata",
+                "logger": logger,
+            }
+        ) as p:
+
+            def send() -> None:
+                try:
+                    outcome["result"] = p.send(Message(topic=name, body=b"late"))
+                except Exception as exc:
+                    outcome["error"] = exc
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            assert looked.wait(20), "the producer never looked the topic up"
+            admin.create_topics([NewTopic(name, 1, -1)])[name].result(timeout=30)
+            sender.join(45)
+            assert not sender.is_alive()
+        assert "error" not in outcome, repr(outcome.get("error"))
+        assert outcome["result"].status is SendStatus.SEND_OK
+        [record] = _read(kafka_bootstrap_servers, name)
+        assert record.value() == b"late"
+    finally:
+        admin.delete_topics([name], operation_timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_missing_topic_raises_unknown_topic_error_within_the_bound(
+    kafka_bootstrap_servers: str,
+) -> None:
+    bound_ms = 2000
+    name = f"qa-missing-{uuid.uuid4().hex}"
+    with Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "allow.auto.create.topics": False,
+            "topic.metadata.propagation.max.ms": bound_ms,
+        }
+    ) as p:
+        started = time.monotonic()
+        with pytest.raises(UnknownTopicError) as err:
+            p.send(Message(topic=name, body=b"x"))
+        waited = time.monotonic() - started
+    assert bound_ms / 1000 <= waited < bound_ms / 1000 + 5, f"{waited:.2f}s"
+    assert name in str(err.value) and "topic.metadata.propagation.max.ms" in str(err.value)
+
+
 # --------------------------------------------------------------------------------------------
 # retry policy (no broker)
 # --------------------------------------------------------------------------------------------
@@ -447,9 +602,23 @@ def test_retries_stop_after_retry_times() -> None:
     sleeps: list[float] = []
     attempt = _Script(*(RetriableSendFailure(f"fail {i}") for i in range(5)))
     retrying = send_retrying(retries=2, backoff=ExponentialBackoff(), sleep=sleeps.append)
-    with pytest.raises(RetriableSendFailure, match="fail 2"):
+    with pytest.raises(RetriesExhaustedError, match="fail 2") as err:
         retrying(attempt)
     assert attempt.calls == 3  # 1 + retry_times_when_send_failed
+    # the internal failure does not escape: the public error says how many attempts ran
+    assert type(err.value) is RetriesExhaustedError and err.value.attempts == 3
+    assert isinstance(err.value, AdapterError)
+
+
+@pytest.mark.unit
+def test_flow_control_that_outlasts_the_retries_raises_flow_control_error() -> None:
+    sleeps: list[float] = []
+    attempt = _Script(*(FlowControlled("queue full") for _ in range(5)))
+    retrying = send_retrying(retries=2, backoff=ExponentialBackoff(), sleep=sleeps.append)
+    with pytest.raises(FlowControlError, match="queue full") as err:
+        retrying(attempt)
+    assert type(err.value) is FlowControlError and err.value.attempts == 3
+    assert len(sleeps) == 2
 
 
 @pytest.mark.unit
