@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka import Producer as RawProducer
 
 from adapter.clients.producer import Producer
@@ -34,7 +35,7 @@ from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.polling import consume_available
-from adapter.io.topics import TopicPlan, ensure_topics
+from adapter.io.topics import TopicPlan, ensure_topics, plan_topics
 from adapter.services.schedule_service import DeliveryGuarantee, ScheduleService
 
 BENCH_LEVELS = "1s 2s 3s 4s 5s"
@@ -474,79 +475,61 @@ class Bench:
         delivery: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE,
         seconds: float = 10.0,
         rate: int = 2000,
+        warmup_s: float = 2.0,
     ) -> Scenario:
-        """Scheduled messages at a steady rate on level 1 (1 s): lateness at the consumer."""
+        """Scheduled messages at a steady rate on level 1 (1 s): how late a
+        ``read_committed`` reader sees them.  The ScheduleService, the reader and the sender
+        each run in a process of their own (a shared interpreter lock would add its own
+        lateness), messages are sent only once the service owns its partitions, and the
+        figures are given for every message and for the steady state (due after the first
+        ``warmup_s`` of traffic: a client's first requests wait for its connections and,
+        idempotent, its producer id)."""
         sc = Scenario(
             f"scheduled-message lateness level 1s at {rate}/s for {seconds:.0f}s "
             f"({delivery.value.lower()})"
         )
         ns = f"lat{_uid()}"
         real = self.topic()
-        svc = ScheduleService(
-            self.config, delay_levels=BENCH_LEVELS, namespace=ns, partitions=1, delivery=delivery
-        )
-        svc.start()
-        c = Consumer(
-            {
-                **self.config,
-                "group.id": f"lat-{_uid()}",
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-            }
-        )
-        c.subscribe([real])
-        lateness: list[float] = []
-        early = 0
+        levels = DelayLevels.parse(BENCH_LEVELS)
+        ensure_topics(self.config, plan_topics(delay_levels=levels, namespace=ns, partitions=1))
         total = int(seconds * rate)
-        stop = threading.Event()
-
-        def read() -> None:
-            nonlocal early
-            while not stop.is_set():
-                for m in consume_available(c, 500, 0.2):
-                    if m.error():
-                        continue
-                    now = time.time() * 1000
-                    due = int(_header(m, HEADER_DUE_MS))
-                    lateness.append(now - due)
-                    if now < due:
-                        early += 1
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        with Producer(self.config, delay_levels=BENCH_LEVELS, namespace=ns) as p:
-            t0 = time.perf_counter()
-            for i in range(total):
-                p.send_async(
-                    Message(topic=real, body=b"x" * 100, delay_time_level=1), lambda r, e: None
-                )
-                target = t0 + (i + 1) / rate
-                delay = target - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-        deadline = time.time() + 30
-        while len(lateness) < total and time.time() < deadline:
-            time.sleep(0.1)
-        stop.set()
-        reader.join(5)
-        c.close()
-        svc.shutdown()
-        lat = sorted(lateness)
-
-        def pct(q: float) -> float:
-            return (
-                round(lat[min(len(lat) - 1, int(q / 100 * len(lat)))], 1) if lat else float("nan")
+        service = ServiceProcess(self.config, ns, delivery)
+        reader: subprocess.Popen[str] | None = None
+        try:
+            service.wait_assigned(60)
+            steady_from = int(time.time() * 1000 + (warmup_s + 1.0) * 1000)
+            reader = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "adapter.bench",
+                    "--lateness-reader",
+                    self.config["bootstrap.servers"],
+                    real,
+                    str(total),
+                    str(steady_from),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
             )
-
-        sc.extra = {
-            "sent": total,
-            "received": len(lat),
-            "early": early,
-            "lateness_ms_p50": pct(50),
-            "lateness_ms_p99": pct(99),
-            "lateness_ms_p99.9": pct(99.9),
-            "lateness_ms_max": round(lat[-1], 1) if lat else None,
-        }
+            with Producer(self.config, delay_levels=BENCH_LEVELS, namespace=ns) as p:
+                t0 = time.perf_counter()
+                for i in range(total):
+                    p.send_async(
+                        Message(topic=real, body=b"x" * 100, delay_time_level=1), lambda r, e: None
+                    )
+                    target = t0 + (i + 1) / rate
+                    delay = target - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+            out, _ = reader.communicate(timeout=120)
+            figures = json.loads(out.strip().splitlines()[-1])
+        finally:
+            if reader is not None and reader.poll() is None:
+                reader.kill()
+            own = service.stop()
+        sc.extra = {"sent": total, **figures, "service_forward_lateness_ms": own.get("lateness_ms")}
         return sc
 
     # -- memory ----------------------------------------------------------------------------
@@ -578,6 +561,123 @@ class Bench:
             except (IndexError, ValueError, KeyError):
                 sc.extra[f"{mode}_error"] = proc.stderr[-500:]
         return sc
+
+
+class ServiceProcess:
+    """``rmq-kafka schedule-service run`` in a child process."""
+
+    def __init__(self, config: dict[str, Any], namespace: str, delivery: DeliveryGuarantee):
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "schedule-service",
+                "run",
+                "--delay-levels",
+                BENCH_LEVELS,
+                "--namespace",
+                namespace,
+                "--partitions",
+                "1",
+                "--delivery",
+                delivery.value,
+                "-X",
+                f"bootstrap.servers={config['bootstrap.servers']}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.assigned = threading.Event()
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if " assigned " in line:
+                self.assigned.set()
+
+    def wait_assigned(self, timeout: float) -> None:
+        if not self.assigned.wait(timeout):
+            raise RuntimeError("ScheduleService not assigned: " + "".join(self.lines[-20:]))
+
+    def stop(self) -> dict[str, Any]:
+        """Stop it; what it says about itself (its own lateness figures)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return {}
+        try:
+            return dict(json.loads(out.strip().splitlines()[-1]))
+        except (IndexError, ValueError):
+            return {}
+
+
+def _lateness_reader(bootstrap: str, topic: str, total: int, steady_from_ms: int) -> None:
+    """Child process: read ``total`` forwarded messages (read_committed, partition 0 assigned
+    from its beginning: no group join to wait for) and print percentiles (ms) of how late
+    each was seen (now minus ``RMQ_DUE_MS``), for all and for those due from
+    ``steady_from_ms``; and, split, how late it was forwarded (its record timestamp minus
+    ``RMQ_DUE_MS``) and how long it then took to reach the reader."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lat-{_uid()}",
+            "isolation.level": "read_committed",
+            **RAW_FETCH_SETTINGS,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    every: list[float] = []
+    steady: list[float] = []
+    forward: list[float] = []
+    transport: list[float] = []
+    early = 0
+    deadline = time.time() + 90
+    while len(every) < total and time.time() < deadline:
+        for m in consume_available(c, 500, 0.05):
+            if m.error():
+                continue
+            now = time.time() * 1000
+            due = int(_header(m, HEADER_DUE_MS))
+            every.append(now - due)
+            if due >= steady_from_ms:
+                steady.append(now - due)
+                created = m.timestamp()[1]
+                forward.append(created - due)
+                transport.append(now - created)
+            if now < due:
+                early += 1
+    c.close()
+
+    def pct(values: list[float], q: float) -> float | None:
+        ordered = sorted(values)
+        if not ordered:
+            return None
+        return round(ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))], 1)
+
+    print(
+        json.dumps(
+            {
+                "received": len(every),
+                "early": early,
+                "lateness_ms_p50": pct(steady, 50),
+                "lateness_ms_p99": pct(steady, 99),
+                "lateness_ms_max": round(max(steady), 1) if steady else None,
+                "steady_messages": len(steady),
+                "forward_ms_p99": pct(forward, 99),
+                "transport_ms_p99": pct(transport, 99),
+                "all_lateness_ms_p50": pct(every, 50),
+                "all_lateness_ms_p99": pct(every, 99),
+                "all_lateness_ms_max": round(max(every), 1) if every else None,
+            }
+        )
+    )
 
 
 def _rss_child(mode: str, bootstrap: str, topic: str) -> None:
@@ -759,3 +859,5 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--rss-child":
         _rss_child(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--lateness-reader":
+        _lateness_reader(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol, TypedDict, Unpack
 
-from adapter.clients.consuming import ConsumeSettings, GroupConsumer
+from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
 from adapter.clients.listeners import ConcurrentRunner
 from adapter.constants import (
     DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
@@ -340,13 +340,7 @@ class PushConsumer:
             errors=self._errors,
             on_error=opts.on_error,
         )
-        runner = ConcurrentRunner(
-            self._listener,
-            member,
-            engine,
-            mode=opts.listener_mode,
-            threads=opts.consume_thread_max,
-        )
+        runner = self._runner(member, engine)
         member.bind(runner, guard=loop.guard, running=lambda: loop.running)
         self._member, self._loop = member, loop
         try:
@@ -355,6 +349,17 @@ class PushConsumer:
             self._close_trace()
             raise
         return self
+
+    def _runner(self, member: GroupConsumer, engine: ConcurrentEngine) -> Runner:
+        """How the registered listener is run (one runner per listener kind)."""
+        assert self._listener is not None
+        return ConcurrentRunner(
+            self._listener,
+            member,
+            engine,
+            mode=self.options.listener_mode,
+            threads=self.options.consume_thread_max,
+        )
 
     def _reads_own_dlq(self) -> bool:
         return self.dlq_topic in self._subscriptions

@@ -6,8 +6,9 @@ A delay-topic entry carries ``RMQ_DUE_MS`` (epoch ms).  The service forwards it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from adapter.constants import (
     HEADER_DUE_MS,
@@ -81,35 +82,94 @@ class Invalid:
 Decision = Forward | Wait | Repark | Invalid
 
 
-def decide(
-    props: Mapping[str, str], *, level_delay_ms: int, now_ms: int, levels: DelayLevels
-) -> Decision:
-    """What to do with the head entry of a delay topic whose level delay is ``level_delay_ms``.
+class EntryInfo(NamedTuple):
+    """What a delay-topic entry's headers say, read once when it is fetched.
 
-    ``correctDeliverTimestamp``: a due time further ahead than one level delay is treated
-    as now (a clock jump or a forged header must not park a message for ever).
+    ``due_ms`` is when it may go: its ``RMQ_DUE_MS``, but never later than one level delay
+    after the service first saw it.  The due time comes from the sender's clock; a sender
+    whose clock runs ahead must not park a message for ever, nor (the old rule: "too far
+    ahead means now") remove the delay altogether.  ``problem`` says why the entry cannot
+    be scheduled (it goes to the service's DLQ).
     """
+
+    real_topic: str | None
+    real_qid: int | None
+    due_ms: int
+    deliver_ms: int | None
+    problem: str | None = None
+
+
+_WANTED = frozenset(
+    {PROPERTY_REAL_TOPIC, HEADER_DUE_MS, PROPERTY_REAL_QUEUE_ID, PROPERTY_TIMER_DELIVER_MS}
+)
+
+
+def read_entry(headers: Iterable[tuple[str, bytes | None]] | None, *, level_delay_ms: int,
+               seen_ms: int) -> EntryInfo:  # fmt: skip
+    """Read the four headers an entry is scheduled by (the last value of each wins)."""
+    found: dict[str, bytes | None] = {}
+    for key, value in headers or ():
+        if key in _WANTED:
+            found[key] = value
+    return entry_info(
+        {k: v.decode("utf-8", "replace") for k, v in found.items() if v is not None},
+        level_delay_ms=level_delay_ms,
+        seen_ms=seen_ms,
+    )
+
+
+def entry_info(props: Mapping[str, str], *, level_delay_ms: int, seen_ms: int) -> EntryInfo:
+    """:func:`read_entry` from decoded properties."""
+    latest = seen_ms + level_delay_ms
     real_topic = props.get(PROPERTY_REAL_TOPIC)
     if not real_topic:
-        return Invalid(f"{PROPERTY_REAL_TOPIC} missing")
+        return EntryInfo(None, None, seen_ms, None, f"{PROPERTY_REAL_TOPIC} missing")
     due_raw = props.get(HEADER_DUE_MS)
     due = parse_non_negative(due_raw)
     if due is None:
-        return Invalid(f"{HEADER_DUE_MS}={due_raw!r} is not an epoch-ms time")
+        problem = f"{HEADER_DUE_MS}={due_raw!r} is not an epoch-ms time"
+        return EntryInfo(real_topic, None, seen_ms, None, problem)
     qid_raw = props.get(PROPERTY_REAL_QUEUE_ID)
     real_qid = parse_non_negative(qid_raw)
     if qid_raw is not None and real_qid is None:
-        return Invalid(f"{PROPERTY_REAL_QUEUE_ID}={qid_raw!r} is not a partition number")
-    if due > now_ms + level_delay_ms:
-        due = now_ms
-    if due > now_ms:
-        return Wait(due)
+        problem = f"{PROPERTY_REAL_QUEUE_ID}={qid_raw!r} is not a partition number"
+        return EntryInfo(real_topic, None, seen_ms, None, problem)
     deliver_raw = props.get(PROPERTY_TIMER_DELIVER_MS)
+    deliver: int | None = None
     if deliver_raw is not None:
         deliver = parse_non_negative(deliver_raw)
         if deliver is None:
-            return Invalid(f"{PROPERTY_TIMER_DELIVER_MS}={deliver_raw!r} is not an epoch-ms time")
-        placement = place_deliver_time(deliver, now_ms, levels)
+            problem = f"{PROPERTY_TIMER_DELIVER_MS}={deliver_raw!r} is not an epoch-ms time"
+            return EntryInfo(real_topic, real_qid, seen_ms, None, problem)
+    return EntryInfo(real_topic, real_qid, min(due, latest), deliver)
+
+
+def decide_due(info: EntryInfo, *, now_ms: int, levels: DelayLevels) -> Decision:
+    """What to do with an entry whose due time has come: forward it, park a timer entry
+    again (``TIMER_DELIVER_MS`` not reached), or dead-letter it."""
+    if info.problem is not None or info.real_topic is None:
+        return Invalid(info.problem or f"{PROPERTY_REAL_TOPIC} missing")
+    if info.deliver_ms is not None:
+        placement = place_deliver_time(info.deliver_ms, now_ms, levels)
         if placement is not None:
             return Repark(placement)
-    return Forward(real_topic, real_qid)
+    return Forward(info.real_topic, info.real_qid)
+
+
+def decide(
+    props: Mapping[str, str],
+    *,
+    level_delay_ms: int,
+    now_ms: int,
+    levels: DelayLevels,
+    seen_ms: int | None = None,
+) -> Decision:
+    """What to do with the head entry of a delay topic whose level delay is ``level_delay_ms``
+    (first seen at ``seen_ms``, default now): :class:`Wait` until its due time, or what
+    :func:`decide_due` says.  An invalid entry is dead-lettered at once."""
+    info = entry_info(
+        props, level_delay_ms=level_delay_ms, seen_ms=now_ms if seen_ms is None else seen_ms
+    )
+    if info.problem is None and info.due_ms > now_ms:
+        return Wait(info.due_ms)
+    return decide_due(info, now_ms=now_ms, levels=levels)

@@ -71,6 +71,7 @@ class ClientLoop:
         self._thread: threading.Thread | None = None
         self._opened = False
         self._closed = threading.Event()
+        self._in_main = False  # the loop is running (on its thread or the caller's)
         self._callback_error: BaseException | None = None
         #: what stopped the loop, if it died
         self.error: BaseException | None = None
@@ -124,8 +125,10 @@ class ClientLoop:
             thread.join(limit)
             if thread.is_alive():
                 raise ShutdownTimeoutError(self.name, limit)
-        elif thread is None and self._opened and not self._closed.is_set():
-            self._close()  # opened for run() that never ran, or never started
+        elif thread is None and not self._in_main and self._opened and not self._closed.is_set():
+            self._close()  # opened but never run
+        if thread is None and self._in_main:
+            return  # run() is in charge (shutdown from a signal handler): it closes
         self._raise_error()
 
     def check_alive(self) -> None:
@@ -146,6 +149,7 @@ class ClientLoop:
     # -- the loop --------------------------------------------------------------------------
     def _main(self) -> None:
         step = self._handler.step
+        self._in_main = True
         try:
             while self._running.is_set():
                 step()
@@ -159,6 +163,7 @@ class ClientLoop:
             self._notify(exc)
         finally:
             self._close()
+            self._in_main = False
 
     def _close(self) -> None:
         try:

@@ -53,6 +53,11 @@ class Publisher:
         require_setting(conf, "enable.idempotence", True, "copies must not duplicate")
         # a copy carries more headers than the record it copies: do not refuse it client-side
         conf.setdefault("message.max.bytes", HOP_MESSAGE_MAX_BYTES)
+        # copies go to topics that exist (the adapter creates its own with their retention);
+        # a deleted one must be refused, not created again with the broker's defaults, and
+        # refused within seconds, not librdkafka's 30 s
+        conf.setdefault("allow.auto.create.topics", False)
+        conf.setdefault("topic.metadata.propagation.max.ms", 5_000)
         for key, value in (defaults or {}).items():
             conf.setdefault(key, value)
         if transactional_id is not None:

@@ -5,7 +5,7 @@ As a script (``python _procs.py --bootstrap ... --namespace ...``) it starts a
 runs it prints one JSON status line to stdout whenever something changes::
 
     {"assigned": [["rmq.schedule....", 0], ...], "forwarded": 3, "reparked": 0,
-     "invalid": 0, "early": 0, "pauses": 2, "alive": true}
+     "invalid": 0, "early": 0, "pauses": 2, "alive": true, "waiting": 3}
 
 ``--kill-after-forwards N`` makes it SIGKILL itself right after its N-th forward (see
 :func:`_kill_after_forwards`), for the kill-between-forward-and-commit tests.
@@ -47,7 +47,7 @@ def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
 
 def _status(svc: Any) -> Status:
     stats = svc.stats
-    thread = getattr(svc, "_thread", None)
+    info = svc.running_info()
     return {
         "assigned": sorted([t, p] for t, p in set(svc.assignment)),
         "forwarded": stats.forwarded,
@@ -55,28 +55,33 @@ def _status(svc: Any) -> Status:
         "invalid": stats.invalid,
         "early": stats.early,
         "pauses": stats.pauses,
-        "alive": bool(thread is not None and thread.is_alive()),
+        "alive": bool(info["running"]),
+        "waiting": sum(w["entries"] for w in info["waiting"].values()),
     }
 
 
 def _kill_after_forwards(svc: Any, limit: int, when: str) -> None:
     """SIGKILL this process once ``limit`` forwards were handed to the producer (``produced``:
     between a produce and the commit that settles it) or, with ``acked``, once the producer's
-    queue held records and the broker acknowledged them all while (exactly-once) the
-    transaction is still open.  Reads the service's private state: test-side only."""
+    queue held records and acknowledgements came back while (exactly-once) the transaction
+    is still open (the service's ``running_info()``)."""
     from adapter.services.schedule_service import DeliveryGuarantee
 
     eos = svc.options.delivery is DeliveryGuarantee.EXACTLY_ONCE
     while svc.stats.forwarded < limit:
         time.sleep(0.0002)
     if when == "acked":
-        queued = False
+        # forwards were queued and acknowledgements came back (the queue shrank) while,
+        # exactly-once, their transaction is still open: acked, not committed
+        queued = 0
         while True:
-            if len(svc._producer):
-                queued = True
-            elif queued and (not eos or svc._txn_open):
+            info = svc.running_info()
+            n = info["in_flight"]
+            if n > queued:
+                queued = n
+            elif queued and n < queued and (not eos or info["transaction_open"]):
                 break
-            time.sleep(0.0002)
+            time.sleep(0.001)
     os.kill(os.getpid(), signal.SIGKILL)
 
 

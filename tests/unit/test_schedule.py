@@ -113,13 +113,25 @@ class TestDecide:
         assert run(props(**{HEADER_DUE_MS: str(NOW + ahead)})) == Wait(NOW + ahead)
 
     @pytest.mark.parametrize("ahead", [TEN_S + 1, 3_600_000, 10**12])
-    def test_too_far_ahead_is_corrected_to_now(self, ahead: int) -> None:
-        # correctDeliverTimestamp: more than one level delay ahead → due now
-        assert run(props(**{HEADER_DUE_MS: str(NOW + ahead)})) == Forward("orders", None)
+    def test_too_far_ahead_is_clamped_to_one_level_delay(self, ahead: int) -> None:
+        # a sender whose clock runs ahead: the entry still waits one level delay from when
+        # the service saw it (it used to go at once: the delay was removed)
+        assert run(props(**{HEADER_DUE_MS: str(NOW + ahead)})) == Wait(NOW + TEN_S)
+
+    def test_the_clamp_counts_from_when_the_entry_was_first_seen(self) -> None:
+        p = props(**{HEADER_DUE_MS: str(NOW + 600_000)})  # sender 10 min ahead
+        seen = NOW - 4_000
+        assert decide(p, level_delay_ms=TEN_S, now_ms=NOW, levels=LEVELS, seen_ms=seen) == Wait(
+            seen + TEN_S
+        )
+        later = seen + TEN_S
+        assert decide(p, level_delay_ms=TEN_S, now_ms=later, levels=LEVELS, seen_ms=seen) == (
+            Forward("orders", None)
+        )
 
     def test_correction_uses_the_level_delay(self) -> None:
         p = props(**{HEADER_DUE_MS: str(NOW + 60_000)})
-        assert run(p, level_delay_ms=TEN_S) == Forward("orders", None)
+        assert run(p, level_delay_ms=TEN_S) == Wait(NOW + TEN_S)
         assert run(p, level_delay_ms=120_000) == Wait(NOW + 60_000)
 
     @pytest.mark.parametrize("real_topic", [None, ""])
@@ -170,9 +182,10 @@ class TestDecide:
         decision = run(props(**{PROPERTY_TIMER_DELIVER_MS: str(NOW + 300)}))
         assert decision == Repark(Placement(1, NOW + 300))
 
-    def test_timer_not_checked_before_due(self) -> None:
+    def test_a_bad_timer_is_invalid_before_it_is_due(self) -> None:
+        # nothing is gained by parking an entry that can never be scheduled
         p = props(**{HEADER_DUE_MS: str(NOW + 5_000), PROPERTY_TIMER_DELIVER_MS: "garbage"})
-        assert run(p) == Wait(NOW + 5_000)
+        assert isinstance(run(p), Invalid)
 
     @pytest.mark.parametrize("deliver", ["garbage", "-1", ""])
     def test_bad_timer_invalid(self, deliver: str) -> None:

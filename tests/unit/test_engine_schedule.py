@@ -1,0 +1,202 @@
+"""The ScheduleService's engine, driven event by event without a broker or a clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.constants import HEADER_DUE_MS, PROPERTY_REAL_TOPIC
+from adapter.core.engine.actions import Pause, Resume, StoreOffsets
+from adapter.core.engine.schedule import Entry, Mark, Rewind, ScheduleEngine
+
+pytestmark = pytest.mark.unit
+
+TP = ("rmq.schedule.L01-1s", 0)
+DELAY = 1_000
+NOW = 1_700_000_000_000
+
+
+def headers(due_ms: int, real: str = "orders") -> list[tuple[str, bytes]]:
+    return [(PROPERTY_REAL_TOPIC, real.encode()), (HEADER_DUE_MS, str(due_ms).encode())]
+
+
+def engine(**kw: Any) -> ScheduleEngine:
+    kw.setdefault("store_interval_ms", 0)
+    eng = ScheduleEngine(**kw)
+    eng.assigned(TP, DELAY)
+    return eng
+
+
+def fetch(eng: ScheduleEngine, offset: int, due_ms: int, seen_ms: int = NOW) -> Entry | None:
+    return eng.fetched(TP, offset, b"v", None, headers(due_ms), seen_ms)
+
+
+def stored(actions: list[Any]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for a in actions:
+        if isinstance(a, StoreOffsets):
+            out.update(dict(a.offsets))
+    return out
+
+
+class TestDue:
+    def test_entries_leave_in_order_when_due_and_never_early(self) -> None:
+        eng = engine()
+        for i in range(3):
+            fetch(eng, i, NOW + 100 * (i + 1))
+        assert eng.due(NOW + 99) == []
+        assert eng.next_wake_ms() == NOW + 100
+        assert [e.offset for e in eng.due(NOW + 200)] == [0, 1]
+        assert eng.next_wake_ms() == NOW + 300
+        assert [e.offset for e in eng.due(NOW + 10_000)] == [2]
+
+    def test_a_sender_clock_ahead_waits_one_level_delay_not_for_ever_nor_not_at_all(
+        self,
+    ) -> None:
+        eng = engine()
+        entry = fetch(eng, 0, NOW + 600_000, seen_ms=NOW)  # sender 10 minutes ahead
+        assert entry is not None and entry.info.due_ms == NOW + DELAY
+        assert eng.due(NOW + DELAY - 1) == []
+        assert [e.offset for e in eng.due(NOW + DELAY)] == [0]
+
+    def test_offsets_commit_up_to_the_first_entry_not_settled(self) -> None:
+        eng = engine()
+        for i in range(3):
+            fetch(eng, 10 + i, NOW)
+        assert stored(eng.tick(NOW)) == {TP: 10}
+        first, second, third = eng.due(NOW)
+        eng.settled(second)
+        assert stored(eng.tick(NOW)) == {}
+        eng.settled(first)
+        assert stored(eng.tick(NOW)) == {TP: 12}
+        eng.settled(third)
+        assert stored(eng.tick(NOW)) == {TP: 13}
+
+    def test_buffered_entries_not_due_hold_the_offset(self) -> None:
+        eng = engine()
+        fetch(eng, 5, NOW + 500)
+        assert stored(eng.tick(NOW)) == {TP: 5}
+        assert eng.committable(TP) == 5
+
+
+class TestRewind:
+    def test_a_failure_rewinds_to_the_smallest_unsettled_offset_not_to_the_failed_one(
+        self,
+    ) -> None:
+        """Entry A (offset 0) is still awaiting its acknowledgement when B (offset 1) fails:
+        the partition is read again from A, so A is forwarded again even if its late answer
+        is a failure.  (The rewind used to start at B: A's failure was then discarded as
+        stale and the committed offset moved past it.)"""
+        eng = engine(retry_after_ms=1000)
+        a, b = fetch(eng, 0, NOW), fetch(eng, 1, NOW)
+        assert a is not None and b is not None
+        eng.due(NOW)
+        rewind = eng.failed(b, NOW)
+        assert rewind == Rewind(TP, 0)
+        eng.settled(a)  # a late answer of the old generation changes nothing
+        assert eng.committable(TP) == 0
+        assert fetch(eng, 0, NOW) is None  # held: fetched again only after the hold
+        assert Resume(TP) in eng.tick(NOW + 1000)
+        again = fetch(eng, 0, NOW)
+        assert again is not None and again.generation != a.generation
+        assert not eng.current(a) and eng.current(again)
+
+    def test_records_before_the_rewind_position_are_not_taken_twice(self) -> None:
+        eng = engine(retry_after_ms=0)
+        fetch(eng, 0, NOW)
+        fetch(eng, 1, NOW)
+        [e0, e1] = eng.due(NOW)
+        eng.settled(e0)
+        assert eng.failed(e1, NOW) == Rewind(TP, 1)
+        eng.tick(NOW)
+        assert fetch(eng, 0, NOW) is None
+        assert fetch(eng, 1, NOW) is not None
+
+    def test_marks_survive_a_rewind(self) -> None:
+        eng = engine(retry_after_ms=0)
+        entry = fetch(eng, 3, NOW)
+        assert entry is not None
+        eng.due(NOW)
+        eng.mark(entry, Mark(alone=True))
+        eng.rewind(TP, 3, NOW, hold_ms=0)
+        eng.tick(NOW)
+        again = fetch(eng, 3, NOW)
+        assert again is not None and again.mark == Mark(alone=True)
+        [due] = eng.due(NOW)
+        eng.settled(due)
+        eng.rewind(TP, 3, NOW, hold_ms=0)
+        eng.tick(NOW)
+        assert fetch(eng, 3, NOW).mark is None  # type: ignore[union-attr]
+
+    def test_an_exactly_once_commit_settles_everything_in_flight(self) -> None:
+        eng = engine()
+        for i in range(4):
+            fetch(eng, i, NOW if i < 3 else NOW + 10)
+        eng.due(NOW)
+        assert eng.after_inflight(TP) == 3
+        eng.settle_all(TP)
+        assert eng.committable(TP) == 3
+
+
+class TestFlow:
+    def test_fetching_stops_when_the_buffer_is_full_and_resumes_below_half(self) -> None:
+        eng = engine(buffer_max=4)
+        for i in range(4):
+            fetch(eng, i, NOW + 100 + i)
+        actions = eng.tick(NOW)
+        assert next(a for a in actions if isinstance(a, Pause)).tp == TP
+        eng.due(NOW + 101)  # two leave: still at half
+        assert not [a for a in eng.tick(NOW) if isinstance(a, Resume)]
+        eng.due(NOW + 102)
+        assert Resume(TP) in eng.tick(NOW)
+
+    def test_revoked_partitions_ignore_late_results(self) -> None:
+        eng = engine()
+        entry = fetch(eng, 0, NOW)
+        assert entry is not None
+        eng.due(NOW)
+        eng.revoked(TP)
+        eng.settled(entry)
+        assert eng.failed(entry, NOW) is None
+        eng.assigned(TP, DELAY)
+        assert eng.committable(TP) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["fetch", "due", "ack", "fail", "tick"]),
+                          st.integers(0, 100)), max_size=80))  # fmt: skip
+def test_the_stored_offset_never_passes_an_entry_not_forwarded(
+    events: list[tuple[str, int]],
+) -> None:
+    """Whatever the order of fetches, acknowledgements and failures, a stored offset is
+    never past an entry whose forward is not settled."""
+    eng = engine(retry_after_ms=50)
+    now = NOW
+    next_offset = 0
+    settled: set[int] = set()
+    inflight: list[Entry] = []
+
+    for kind, n in events:
+        now += 7
+        if kind == "fetch":
+            entry = fetch(eng, next_offset, now + n, seen_ms=now)
+            if entry is not None:
+                next_offset += 1
+        elif kind == "due":
+            inflight.extend(eng.due(now))
+        elif kind == "ack" and inflight:
+            entry = inflight.pop(n % len(inflight))
+            if eng.current(entry):
+                settled.add(entry.offset)
+            eng.settled(entry)
+        elif kind == "fail" and inflight:
+            entry = inflight.pop(n % len(inflight))
+            rewind = eng.failed(entry, now)
+            if rewind is not None:
+                next_offset = rewind.offset  # the consumer is seeked back there
+                inflight = [e for e in inflight if eng.current(e)]
+        for offset in stored(eng.tick(now)).values():
+            assert all(o in settled for o in range(offset)), (offset, sorted(settled))
