@@ -110,6 +110,8 @@ class PushConsumerOptions(TypedDict, total=False):
     consume_from_where: ConsumeFromWhere | str | None
     consume_timestamp: int | str | datetime | None
     on_error: ErrorCallback | None
+    metrics_port: int | None
+    metrics_registry: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,11 @@ class ConsumerOptions:
     consume_from_where: ConsumeFromWhere | None = None
     consume_timestamp: int | str | datetime | None = None
     on_error: ErrorCallback | None = None
+    #: serve Prometheus metrics on this port (0: any free port; ``None``: only into
+    #: ``metrics_registry`` when one is given)
+    metrics_port: int | None = None
+    #: a ``prometheus_client.CollectorRegistry`` to register the metrics in
+    metrics_registry: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -174,6 +181,10 @@ class ConsumerOptions:
             timestamp_ms(self.consume_timestamp)
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+        if self.metrics_port is not None:
+            check_int("metrics_port", self.metrics_port, minimum=0)
+            if self.metrics_port > 65535:
+                raise ConfigError("metrics_port", self.metrics_port, "must be <= 65535")
 
     @property
     def levels(self) -> DelayLevels:

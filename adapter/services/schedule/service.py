@@ -124,6 +124,8 @@ class ScheduleServiceOptionsDict(TypedDict, total=False):
     tick_ms: int
     shutdown_timeout: float
     on_error: ErrorCallback | None
+    metrics_port: int | None
+    metrics_registry: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,10 @@ class ScheduleServiceOptions:
     tick_ms: int = 5
     shutdown_timeout: float = 30.0
     on_error: ErrorCallback | None = None
+    #: serve Prometheus metrics on this port (0: any free port)
+    metrics_port: int | None = None
+    #: a ``prometheus_client.CollectorRegistry`` to register the metrics in
+    metrics_registry: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
@@ -174,6 +180,10 @@ class ScheduleServiceOptions:
             naming.schedule_topic(1, self.levels, self.namespace)  # refuses a bad namespace
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+        if self.metrics_port is not None:
+            check_int("metrics_port", self.metrics_port, minimum=0)
+            if self.metrics_port > 65535:
+                raise ConfigError("metrics_port", self.metrics_port, "must be <= 65535")
 
     @property
     def levels(self) -> DelayLevels:
