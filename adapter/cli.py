@@ -131,6 +131,9 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         delivery=DeliveryGuarantee(args.delivery),
         partitions=args.partitions,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+        trace_topic=args.trace_topic,
         **({"group": args.group} if args.group else {}),
     )
 
@@ -467,6 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="EXACTLY_ONCE (default): forwards and offsets in one Kafka transaction per batch",
     )
     s.add_argument("--partitions", type=int, default=3)
+    s.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (/metrics)"
+    )
+    s.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="the address the metrics endpoint binds (0.0.0.0 inside a container)",
+    )
+    s.add_argument("--trace-topic", help="emit a FORWARDED trace event per forward to this topic")
     _add_kafka_args(s)
     s.set_defaults(func=_cmd_schedule)
 

@@ -59,6 +59,7 @@ from adapter.core.codec import encode_message_headers, schedule_headers
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
 from adapter.core.schedule import place_delay_level, place_deliver_time
+from adapter.core.stats import ProducerStats
 from adapter.errors import (
     AdapterError,
     BrokerUnavailableError,
@@ -170,6 +171,10 @@ class ProducerOptions:
     sleep: Callable[[float], Any] = tenacity.nap.sleep
     uniform: Callable[[float, float], float] = random.uniform
     client_factory: Callable[[dict[str, Any]], Any] = _KafkaProducer
+    #: serve Prometheus metrics on this port / register them in this registry
+    metrics_port: int | None = None
+    metrics_registry: Any = None
+    metrics_addr: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         check_int("retry_times_when_send_failed", self.retry_times_when_send_failed, minimum=0)
@@ -242,6 +247,7 @@ class _Pending:
             if isinstance(failure, RETRIED):
                 _Resend(self).failed(failure)  # keeps this object: it is not pooled
             else:
+                self.producer.stats.failed(self.logical, failure)
                 _safe_call(self.callback, None, failure)
             return
         callback = self.callback
@@ -251,9 +257,12 @@ class _Pending:
         _set_topic(result, self.logical)
         _set_queue_id(result, kmsg.partition())
         _set_queue_offset(result, kmsg.offset())
+        producer = self.producer
+        sent = producer.stats.sent
+        sent[self.logical] = sent.get(self.logical, 0) + 1
         # back to the pool before the callback runs (it may send again), without the body
         # and the callback (key and headers are small, and overwritten on reuse)
-        pool = self.producer._pool
+        pool = producer._pool
         self.callback = self.value = None
         self.producer = None  # type: ignore[assignment]  # set again when reused
         if len(pool) < _POOL_MAX:
@@ -294,9 +303,14 @@ class _Resend:
     def failed(self, failure: SendError) -> None:
         """An attempt failed with a retriable error (in a callback: never waits)."""
         delay = self.next_delay(failure)
+        p = self.pending
         if delay is None:
-            _safe_call(self.pending.callback, None, exhausted(failure, self.attempts))
-        elif delay <= 0:
+            final = exhausted(failure, self.attempts)
+            p.producer.stats.failed(p.logical, final)
+            _safe_call(p.callback, None, final)
+            return
+        p.producer.stats.retried(p.logical, flow_control=isinstance(failure, FlowControlled))
+        if delay <= 0:
             self.attempt()
         else:
             self.pending.producer._schedule(delay, self)
@@ -321,6 +335,8 @@ class _Resend:
         """The delivery report of a resend."""
         p = self.pending
         if err is None:
+            sent = p.producer.stats.sent
+            sent[p.logical] = sent.get(p.logical, 0) + 1
             _safe_call(
                 p.callback,
                 _send_ok(p.msg_id.decode(), p.logical, kmsg.partition(), kmsg.offset()),
@@ -331,6 +347,7 @@ class _Resend:
         if isinstance(failure, RETRIED):
             self.failed(failure)
         else:
+            p.producer.stats.failed(p.logical, failure)
             _safe_call(p.callback, None, failure)
 
     def abandon(self) -> None:
@@ -375,6 +392,9 @@ class Producer:
         self._config = conf
         #: idle in-flight records for reuse (``list.append``/``pop`` are atomic)
         self._pool: list[_Pending] = []
+        #: what was sent, failed and resent, per logical topic (Prometheus reads it)
+        self.stats = ProducerStats()
+        self._metrics: Any = None
         self._client: Any = None
         #: the client the poll thread serves (resends still go out while shutting down)
         self._live: Any = None
@@ -417,7 +437,24 @@ class Producer:
             self._client = self._live = client
             self._running, self._poller = running, poller
             poller.start()
+            opts = self.options
+            if self._metrics is None and (
+                opts.metrics_port is not None or opts.metrics_registry is not None
+            ):
+                from adapter.ops.metrics import ProducerCollector, expose  # on use
+
+                self._metrics = expose(
+                    ProducerCollector(self.stats),
+                    registry=opts.metrics_registry,
+                    port=opts.metrics_port,
+                    addr=opts.metrics_addr,
+                )
         return self
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        """Where the metrics are served (``metrics_port``)."""
+        return None if self._metrics is None else self._metrics.endpoint
 
     def shutdown(self, timeout: float | None = None) -> int:
         """Wait for what is queued or waiting for a resend (``timeout``, by default
@@ -431,6 +468,9 @@ class Producer:
             client, self._client = self._client, None
             poller, self._poller = self._poller, None
             running = self._running
+            metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            metrics.close()
         if client is None:
             return 0
         limit = self.options.send_msg_timeout_ms / 1000 + 1 if timeout is None else timeout
@@ -715,6 +755,8 @@ class Producer:
             )
         kmsg = report.kmsg
         if report.err is None:
+            sent = self.stats.sent
+            sent[record.logical_topic] = sent.get(record.logical_topic, 0) + 1
             return _send_ok(record.msg_id, record.logical_topic, kmsg.partition(), kmsg.offset())
         raise _classify(report.err, kmsg, record.logical_topic)
 
@@ -728,13 +770,32 @@ class Producer:
             return self._attempt(record, wait)
         except RETRIED as failure:  # the policy takes over (most sends never get here)
             first = failure
+        except SendError as failure:
+            self.stats.failed(record.logical_topic, failure)
+            raise
         retrying = send_retrying(
             retries=self.options.retry_times_when_send_failed,
             backoff=self.options.backoff,
             sleep=self.options.sleep,
             uniform=self.options.uniform,
         )
-        result: SendResult = retry_after(retrying, first, self._attempt, record, wait)
+        last: list[SendError] = [first]
+
+        def again(record: _Record, wait: float) -> SendResult:
+            self.stats.retried(
+                record.logical_topic, flow_control=isinstance(last[0], FlowControlled)
+            )
+            try:
+                return self._attempt(record, wait)
+            except SendError as failure:
+                last[0] = failure
+                raise
+
+        try:
+            result: SendResult = retry_after(retrying, first, again, record, wait)
+        except SendError as failure:
+            self.stats.failed(record.logical_topic, failure)
+            raise
         return result
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> list[SendResult]:
@@ -874,6 +935,7 @@ class Producer:
         failure = _queue_full(exc, pending.logical)
         on_poll_thread = threading.get_ident() == self._poll_ident
         while (delay := resend.next_delay(failure)) is not None:
+            self.stats.retried(pending.logical, flow_control=True)
             if on_poll_thread:
                 self._schedule(delay, resend)
                 return
@@ -897,7 +959,9 @@ class Producer:
                 failure = _queue_full(again, pending.logical)
             except Exception as error:
                 raise _produce_error(error, pending.logical, pending.value) from error
-        raise exhausted(failure, resend.attempts) from exc
+        final = exhausted(failure, resend.attempts)
+        self.stats.failed(pending.logical, final)
+        raise final from exc
 
     def send_oneway(self, msg: Message) -> None:
         """Send and forget (failures are logged, like RocketMQ's oneway)."""

@@ -102,3 +102,26 @@ LATENCY_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 )  # fmt: skip
+
+
+class ProducerStats:
+    """What a producer sent, per logical topic: acknowledged messages, failures by error
+    class, resends and flow-control back-offs.  One writer at a time (the poll thread or a
+    sending thread, under the GIL); readers copy."""
+
+    __slots__ = ("backoffs", "failures", "retries", "sent")
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}
+        self.failures: dict[tuple[str, str], int] = {}
+        self.retries: dict[str, int] = {}
+        self.backoffs: dict[str, int] = {}
+
+    def failed(self, topic: str, error: BaseException) -> None:
+        key = (topic, type(error).__name__)
+        self.failures[key] = self.failures.get(key, 0) + 1
+
+    def retried(self, topic: str, *, flow_control: bool) -> None:
+        self.retries[topic] = self.retries.get(topic, 0) + 1
+        if flow_control:
+            self.backoffs[topic] = self.backoffs.get(topic, 0) + 1

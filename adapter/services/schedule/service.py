@@ -126,6 +126,7 @@ class ScheduleServiceOptionsDict(TypedDict, total=False):
     on_error: ErrorCallback | None
     metrics_port: int | None
     metrics_registry: Any
+    metrics_addr: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,8 @@ class ScheduleServiceOptions:
     metrics_port: int | None = None
     #: a ``prometheus_client.CollectorRegistry`` to register the metrics in
     metrics_registry: Any = None
+    #: the address the metrics endpoint binds (``0.0.0.0`` inside a container)
+    metrics_addr: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
@@ -273,6 +276,7 @@ class ScheduleService:
         )
         #: what stopped the service loop, if it died
         self.error: BaseException | None = None
+        self._metrics: Any = None
 
     def _died(self, exc: BaseException) -> None:
         self.error = exc
@@ -298,19 +302,55 @@ class ScheduleService:
             return self
         self._prepare()
         self._loop.start()
+        self._expose_metrics()
         return self
+
+    def _expose_metrics(self) -> None:
+        opts = self.options
+        if self._metrics is not None or (
+            opts.metrics_port is None and opts.metrics_registry is None
+        ):
+            return
+        from adapter.ops.metrics import ScheduleCollector, expose  # on use
+
+        handler = self._handler
+        self._metrics = expose(
+            ScheduleCollector(
+                self.group, self.stats, handler.engine, lambda t: handler._level(t)[0]
+            ),
+            registry=opts.metrics_registry,
+            port=opts.metrics_port,
+            addr=opts.metrics_addr,
+        )
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        """Where the metrics are served (``metrics_port``)."""
+        return None if self._metrics is None else self._metrics.endpoint
 
     def run(self) -> None:
         """Run the service on this thread until :meth:`shutdown` (e.g. from a signal
         handler); raises what stopped it."""
         self._prepare()
-        self._loop.run()
+        self._expose_metrics()
+        try:
+            self._loop.run()
+        finally:
+            self._close_metrics()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop, finish what is in flight (exactly-once: commit the open transaction),
         commit and close; ``timeout`` bounds the wait (default ``shutdown_timeout`` plus a
         margin).  A service whose loop died raises that error here."""
-        self._loop.shutdown(timeout)
+        try:
+            self._loop.shutdown(timeout)
+        finally:
+            self._close_metrics()
+
+    def _close_metrics(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     def check_alive(self) -> None:
         """Raise what stopped the service loop, or a fatal client error that stands now."""
