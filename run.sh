@@ -47,8 +47,11 @@ case "$cmd" in
     "$VENV/bin/ruff" check adapter tests
     echo "==> mypy"
     "$VENV/bin/mypy" adapter
-    echo "==> pytest (unit + integration)"
-    exec "$VENV/bin/python" -m pytest "$@"
+    echo "==> pytest (unit + integration, ${RMQ_TEST_WORKERS:-4} workers; RMQ_TEST_WORKERS=0 runs in one process)"
+    if [ "${RMQ_TEST_WORKERS:-4}" = 0 ]; then
+      exec "$VENV/bin/python" -m pytest "$@"
+    fi
+    exec "$VENV/bin/python" -m pytest -n "${RMQ_TEST_WORKERS:-4}" --dist loadgroup "$@"
     ;;
   bench)
     setup

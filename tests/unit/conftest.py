@@ -1,6 +1,8 @@
 """Hypothesis profiles for the unit tier.
 
-The default profile (100 examples per property) runs in the test command.  Hunt for rare
+The default profile (100 examples per property, no per-example deadline: a deadline is a
+timing test, and the test command shares two cores with a broker and Spark) runs in the test
+command.  Hunt for rare
 counter-examples with ``HYPOTHESIS_PROFILE=thorough pytest -m unit`` (20 000 examples each).
 """
 
@@ -10,6 +12,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "thorough", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
