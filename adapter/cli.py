@@ -107,15 +107,20 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
 
 def _cmd_topics(args: argparse.Namespace) -> int:
     from adapter.core.delay import DelayLevels
-    from adapter.io.topics import ensure_topics, plan_topics
+    from adapter.io.topics import ensure_topics, plan_topics, topic_max_message_bytes
 
+    config = _kafka_config(args)
+    size = args.max_message_bytes
+    for topic in args.match_topic or []:
+        size = max(size or 0, topic_max_message_bytes(config, topic))
     plans = plan_topics(
         groups=args.group or [],
         delay_levels=DelayLevels.coerce(args.delay_levels),
         namespace=args.namespace,
         partitions=args.partitions,
+        max_message_bytes=size,
     )
-    created = ensure_topics(_kafka_config(args), plans)
+    created = ensure_topics(config, plans)
     for plan in plans:
         state = "created" if created.get(plan.logical) else "exists"
         print(f"{state:8} {plan.logical}  ->  {plan.kafka_topic}")
@@ -455,6 +460,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--delay-levels", help="messageDelayLevel table (default: RocketMQ's 18 levels)")
     t.add_argument("--namespace")
     t.add_argument("--partitions", type=int, default=3)
+    t.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help="largest record of the user topics: the planned topics take this plus room for "
+        "the retry/DLQ headers (existing topics are raised, never lowered)",
+    )
+    t.add_argument(
+        "--match-topic",
+        action="append",
+        help="user topic (repeatable) whose max.message.bytes the planned topics must carry",
+    )
     _add_kafka_args(t)
     t.set_defaults(func=_cmd_topics)
 
@@ -514,8 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only",
         action="append",
-        help="run only these scenarios (consumer, consumer-1k, failures, producer, forwarding, "
-        "lateness, rss, trace, analytics)",
+        help="run only this scenario (repeatable: consumer, consumer-pool, blocking, "
+        "consumer-1k, failures, pull, orderly, producer, forwarding, lateness, rss, trace, "
+        "analytics)",
     )
     b.add_argument(
         "--no-spark",

@@ -1,8 +1,8 @@
 """Every header name, topic prefix and default of the project, in one place.
 
 RocketMQ message properties travel as Kafka headers whose key is the RocketMQ property
-name and whose value is a UTF-8 string (SPEC §3).  Names starting with ``RMQ_`` are this
-project's own additions; they are documented in the README's header table.
+name and whose value is a UTF-8 string (docs/semantics.md §3).  Names starting with
+``RMQ_`` are this project's own additions; they are documented in the README's header table.
 """
 
 from __future__ import annotations

@@ -128,6 +128,31 @@ class ClientClosedError(AdapterError, RuntimeError):
     """The client was used after ``shutdown()`` or before ``start()``."""
 
 
+class InvalidReceiptHandleError(AdapterError):
+    """A SimpleConsumer receipt handle that cannot be used (RocketMQ's
+    ``INVALID_RECEIPT_HANDLE``): expired, superseded by ``change_invisible_duration()``,
+    already acknowledged (for a change), of a partition that was revoked, or issued by
+    another consumer.  Nothing was changed.  ``handle`` is the handle's text form."""
+
+    def __init__(self, handle: str, reason: str) -> None:
+        super().__init__(f"invalid receipt handle {handle}: {reason}")
+        self.handle = handle
+        self.reason = reason
+
+
+class UnackedLimitError(AdapterError):
+    """``receive()`` was called while the consumer already holds ``limit`` received
+    messages that are neither acknowledged nor expired (``max_unacked_messages``)."""
+
+    def __init__(self, limit: int, unacked: int) -> None:
+        super().__init__(
+            f"max_unacked_messages={limit}: {unacked} received message(s) are neither "
+            "acknowledged nor expired; ack them (or let them expire) before receiving more"
+        )
+        self.limit = limit
+        self.unacked = unacked
+
+
 class DeadLetterBodyError(AdapterError):
     """Dead letters sent without their body (too large) whose body cannot be fetched back.
 

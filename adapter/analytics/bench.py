@@ -31,6 +31,7 @@ from confluent_kafka import Producer as RawProducer
 from adapter.analytics.jars import SPARK_VERSION
 from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, encode_trace, trace_schema
 from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.errors import AdapterError
 from adapter.io.topics import TopicPlan, ensure_topics
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def fill_trace_topic(config: dict[str, Any], logical: str, rows: int, partitions
         if i % 10_000 == 0:
             producer.poll(0)
     if producer.flush(120):
-        raise RuntimeError("pre-filling the trace topic did not finish")
+        raise AdapterError("pre-filling the trace topic did not finish")
     return kafka_topic
 
 
@@ -170,11 +171,11 @@ def spark_scenario(bench: Bench, rows: int, *, spark: Any = None) -> Scenario:
     for _ in range(bench.repeats):
         n, run = _timed(spark, rows, lambda: _plain_count(spark, config, logical))
         if n != rows:
-            raise RuntimeError(f"the plain count read {n} rows, expected {rows}")
+            raise AdapterError(f"the plain count read {n} rows, expected {rows}")
         sc.raw.append(run)
         n, run = _timed(spark, rows, lambda: _stream_job(spark, config, logical))
         if n != rows:
-            raise RuntimeError(f"the streaming job read {n} rows, expected {rows}")
+            raise AdapterError(f"the streaming job read {n} rows, expected {rows}")
         sc.ours.append(run)
     sc.extra = {"spark_version": SPARK_VERSION, "trace_rows": rows, "fill_s": round(fill_s, 2)}
     return sc

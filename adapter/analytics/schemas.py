@@ -33,6 +33,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from adapter.core.trace import TraceEvent
+from adapter.errors import InvalidInputError
 
 __all__ = [
     "DLQ_EXPORT",
@@ -136,7 +137,7 @@ def decode(schema: AvroSchema, data: bytes, *, reader: AvroSchema | None = None)
         io.BytesIO(data), schema.parsed, reader.parsed if reader is not None else None
     )
     if not isinstance(out, dict):
-        raise ValueError(f"{schema.fullname}: not a record")
+        raise InvalidInputError("data", type(out).__name__, f"{schema.fullname}: not a record")
     return out
 
 
@@ -161,7 +162,7 @@ def _zigzag_varint(n: int) -> bytes:
     """Avro ``long``/``int``: zig-zag, then a little-endian base-128 varint."""
     z = (n << 1) ^ (n >> 63)
     if z >> 64:
-        raise ValueError(f"{n} does not fit in an Avro long")
+        raise InvalidInputError("long", n, "does not fit in an Avro long")
     out = bytearray()
     while z & ~0x7F:
         out.append((z & 0x7F) | 0x80)
@@ -274,7 +275,7 @@ def decode_trace(data: bytes, writer_tag: str | None = None) -> dict[str, Any]:
     current = trace_schema()
     writer = known_schemas(TRACE).get(writer_tag or current.tag)
     if writer is None:
-        raise ValueError(f"{TRACE_SCHEMA_HEADER}={writer_tag!r}: unknown trace schema")
+        raise InvalidInputError(TRACE_SCHEMA_HEADER, writer_tag, "unknown trace schema")
     return decode(writer, data, reader=current)
 
 

@@ -57,6 +57,7 @@ from adapter.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
+from adapter.errors import ConfigError
 
 __all__ = [
     "CONSUME_STATUSES",
@@ -186,7 +187,7 @@ def consume_metrics(
     (in a streaming query, append mode) a window is emitted once the watermark passes its
     end."""
     if max_tracked_reconsume < 1:
-        raise ValueError(f"max_tracked_reconsume={max_tracked_reconsume}: must be >= 1")
+        raise ConfigError("max_tracked_reconsume", max_tracked_reconsume, "must be >= 1")
     df = traces.withWatermark("event_time", watermark) if watermark else traces
     status = F.col("status")
     rc = F.col("reconsume_times")
@@ -331,7 +332,7 @@ def dlq_summary(entries: DataFrame, *, top_keys: int = 3) -> DataFrame:
     first, ties by key).  Missing labels read ``(none)``; rows are ordered by hour, then
     count (descending)."""
     if top_keys < 1:
-        raise ValueError(f"top_keys={top_keys}: must be >= 1")
+        raise ConfigError("top_keys", top_keys, "must be >= 1")
     labelled = entries.select(
         *[
             F.coalesce(F.col(c), F.lit(NONE_LABEL)).alias(c) if c != "hour" else F.col(c)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import tenacity
 from confluent_kafka import KafkaError, KafkaException
@@ -150,6 +150,26 @@ def _send_ok(msg_id: str, topic: str, queue_id: int, queue_offset: int) -> SendR
     _set_queue_id(result, queue_id)
     _set_queue_offset(result, queue_offset)
     return result
+
+
+class ProducerOptionsDict(TypedDict, total=False):
+    """Keyword options of :class:`Producer` (RocketMQ's ``DefaultMQProducer`` settings,
+    snake_case; see :class:`ProducerOptions` for each one's meaning and default)."""
+
+    retry_times_when_send_failed: int
+    retry_times_when_send_async_failed: int
+    send_msg_timeout_ms: int
+    delay_levels: DelayLevels | str | None
+    namespace: str | None
+    backoff: ExponentialBackoff
+    auto_create_delay_topics: bool
+    clock: Clock
+    sleep: Callable[[float], Any]
+    uniform: Callable[[float, float], float]
+    client_factory: Callable[[dict[str, Any]], Any]
+    metrics_port: int | None
+    metrics_registry: Any
+    metrics_addr: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +398,7 @@ class Producer:
     ...     p.send(Message(topic="orders", body=b"hi", tags="TagA"))
     """
 
-    def __init__(self, config: Mapping[str, Any], **options: Any) -> None:
+    def __init__(self, config: Mapping[str, Any], **options: Unpack[ProducerOptionsDict]) -> None:
         self.options = build_options(ProducerOptions, options, "Producer")
         self._async_retries = self.options.retry_times_when_send_async_failed
         conf = producer_config(check_kafka_config(config, "producer"))
@@ -690,11 +710,11 @@ class Producer:
         headers = self._headers(msg, msg_id)
         placement = None
         if msg.deliver_time_ms is not None:
-            placement = place_deliver_time(
-                msg.deliver_time_ms, self.options.clock.now_ms(), self.options.levels
-            )
+            now_ms = self.options.clock.now_ms()
+            placement = place_deliver_time(msg.deliver_time_ms, now_ms, self.options.levels)
         elif level > 0:
-            placement = place_delay_level(level, self.options.clock.now_ms(), self.options.levels)
+            now_ms = self.options.clock.now_ms()
+            placement = place_delay_level(level, now_ms, self.options.levels)
         if placement is None:
             return _Record(
                 kafka_topic,
@@ -713,6 +733,7 @@ class Producer:
             level=placement.level,
             due_ms=placement.due_ms,
             deliver_time_ms=msg.deliver_time_ms,
+            born_ms=now_ms,
         )
         logical = naming.schedule_topic(
             placement.level, self.options.levels, self.options.namespace

@@ -146,9 +146,14 @@ def schedule_headers(
     level: int,
     due_ms: int,
     deliver_time_ms: int | None = None,
+    born_ms: int | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """Add what a delay-topic entry needs: ``REAL_TOPIC``, ``REAL_QID``, ``DELAY``, due time."""
+    """Add what a delay-topic entry needs: ``REAL_TOPIC``, ``REAL_QID``, ``DELAY``, due time,
+    and the born time (``born_ms``, unless ``base`` already carries one) that the forwarded
+    copy reports as its ``born_timestamp`` (its own Kafka timestamp is the forward time)."""
     out = dict(base)
+    if HEADER_ORIGIN_BORN_MS not in out:
+        _put(out, HEADER_ORIGIN_BORN_MS, born_ms)
     _put(out, PROPERTY_REAL_TOPIC, real_topic)
     _put(out, PROPERTY_REAL_QUEUE_ID, real_queue_id)
     _put(out, PROPERTY_DELAY_TIME_LEVEL, level)

@@ -114,7 +114,7 @@ class DelayLevels(Sequence[timedelta]):
         for level, delay in enumerate(self, start=1):
             if level >= start and (stop is None or level < stop) and delay == value:
                 return level
-        raise ValueError(f"{value!r} is not a delay of this table")
+        raise InvalidDelayLevelError("delay", value, "is not a delay of this table")
 
     def count(self, value: object) -> int:
         return sum(1 for delay in self if delay == value)

@@ -45,7 +45,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from adapter.errors import AdapterError
+from adapter.errors import AdapterError, ConfigError
 
 __all__ = [
     "DEFAULT_INSTANCE",
@@ -69,7 +69,7 @@ HOST = "127.0.0.1"
 _MARKER = ".rmq-kafka-complete"
 _MVN_TIMEOUT_S = 1800.0
 _FORMAT_TIMEOUT_S = 120.0
-_READY_TIMEOUT_S = 60.0
+_READY_TIMEOUT_S = 120.0  # a restart replays every topic; slow on a loaded 2-core machine
 _PORT_RETRIES = 2
 _LOG_TAIL_LINES = 40
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -401,7 +401,7 @@ class EmbeddedKafka:
         instances_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not _NAME_RE.match(name):
-            raise ValueError(f"invalid instance name {name!r} (use letters, digits, . _ -)")
+            raise ConfigError("name", name, "invalid instance name (use letters, digits, . _ -)")
         self.name = name
         self.home = kafka_home(home)
         base = (
@@ -417,7 +417,9 @@ class EmbeddedKafka:
         #: With SCRAM users: enforce ACLs (StandardAuthorizer, deny when no ACL matches).
         self.authorizer = authorizer
         if authorizer and not self.scram_users:
-            raise ValueError("authorizer=True needs scram_users (the first one is the super user)")
+            raise ConfigError(
+                "authorizer", authorizer, "needs scram_users (the first one is the super user)"
+            )
 
     # ---- paths -------------------------------------------------------------------------------
 

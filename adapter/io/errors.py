@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from typing import Any
@@ -135,8 +136,33 @@ def client_error(exc: BaseException, *, what: str) -> Exception:
     return KafkaClientError(text, kafka_error=err)
 
 
+class LibrdkafkaLog:
+    """librdkafka's own log lines (``%3|...|FAIL|...``) through Python ``logging``, under
+    ``adapter.librdkafka``, instead of raw on stderr.  librdkafka reports transient trouble
+    (a broker refusing a connection, a retried request) at its "error" level; what a client
+    cannot get past reaches the application as an error, so those lines are warnings here."""
+
+    __slots__ = ("logger",)
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        if level == logging.ERROR:
+            level = logging.WARNING
+        self.logger.log(level, msg, *args)
+
+
+#: The ``logger`` every client of the project gets unless its config brings one.
+LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("adapter.librdkafka"))
+
+
 def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
-    """Create a confluent-kafka client, turning a bad config into a ConfigError naming the key."""
+    """Create a confluent-kafka client, turning a bad config into a ConfigError naming the key.
+    librdkafka's log lines go to Python ``logging`` (:class:`LibrdkafkaLog`) unless the
+    config sets ``logger``."""
+    if "logger" not in config:
+        config = {**config, "logger": LIBRDKAFKA_LOG}
     try:
         return factory(config)
     except KafkaException as exc:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import TopicPartition
+import tenacity
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from adapter.core.offsets import PartitionTracker
+from adapter.io.errors import client_error
 
 
 def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
@@ -65,3 +67,35 @@ def commit_positions(
         if offset is not None:
             out.append(TopicPartition(tp[0], tp[1], offset))
     return out
+
+
+_LEADERLESS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def _leaderless(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADERLESS)
+
+
+def watermarks(consumer: Any, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """A partition's (low, high) watermarks.  A DLQ created a moment ago may not have a
+    leader yet (``NOT_LEADER_FOR_PARTITION``, ``LEADER_NOT_AVAILABLE``): such retriable
+    errors are retried with back-off (≤ ``timeout_s``); what remains is an adapter error."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
+        retry=tenacity.retry_if_exception(_leaderless),
+        reraise=True,
+    )
+    try:
+        low, high = retrying(consumer.get_watermark_offsets, tp, timeout=timeout_s)
+    except KafkaException as exc:
+        raise client_error(exc, what=f"reading the offsets of {tp.topic}[{tp.partition}]") from exc
+    return int(low), int(high)

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from adapter.core import naming
@@ -21,6 +27,9 @@ from adapter.io.errors import client_error, make_client
 log = logging.getLogger("adapter.topics")
 
 DAY_MS = 86_400_000
+MAX_MESSAGE_BYTES = "max.message.bytes"
+#: Bytes a retry, forward or DLQ copy may add to the record it copies (its headers).
+HOP_HEADER_ROOM = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +49,26 @@ def plan_topics(
     namespace: str | None = None,
     partitions: int = 3,
     include_schedule: bool = True,
+    max_message_bytes: int | None = None,
 ) -> list[TopicPlan]:
-    """What ``topics ensure`` creates.  Retention stays well above the longest delay."""
+    """What ``topics ensure`` creates.  Retention stays well above the longest delay.
+
+    ``max_message_bytes``: the largest record the user's topics take (their
+    ``max.message.bytes``); every planned topic then takes that plus
+    :data:`HOP_HEADER_ROOM` bytes, room for the retry / DLQ headers a copy carries.
+    ``None`` leaves the broker's default.
+    """
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise ConfigError("partitions", partitions, "must be an int >= 1")
+    size: dict[str, str] = {}
+    if max_message_bytes is not None:
+        if (
+            isinstance(max_message_bytes, bool)
+            or not isinstance(max_message_bytes, int)
+            or max_message_bytes < 1
+        ):
+            raise ConfigError("max_message_bytes", max_message_bytes, "must be an int >= 1")
+        size = {MAX_MESSAGE_BYTES: str(max_message_bytes + HOP_HEADER_ROOM)}
     longest = max(delay_levels.delays_ms)
     schedule_retention = str(max(7 * DAY_MS, 4 * longest))
     plans: list[TopicPlan] = []
@@ -55,17 +80,21 @@ def plan_topics(
                     logical,
                     naming.to_kafka(logical),
                     partitions,
-                    {"retention.ms": schedule_retention, "cleanup.policy": "delete"},
+                    {"retention.ms": schedule_retention, "cleanup.policy": "delete", **size},
                 )
             )
     for group in groups:
         retry = naming.retry_topic(group)
         dlq = naming.dlq_topic(group)
         plans.append(
-            TopicPlan(retry, naming.to_kafka(retry), partitions, {"retention.ms": str(7 * DAY_MS)})
+            TopicPlan(
+                retry, naming.to_kafka(retry), partitions, {"retention.ms": str(7 * DAY_MS), **size}
+            )
         )
         plans.append(
-            TopicPlan(dlq, naming.to_kafka(dlq), partitions, {"retention.ms": str(30 * DAY_MS)})
+            TopicPlan(
+                dlq, naming.to_kafka(dlq), partitions, {"retention.ms": str(30 * DAY_MS), **size}
+            )
         )
     return plans
 
@@ -77,10 +106,25 @@ def ensure_topics(
     replication_factor: int | None = None,
     timeout_s: float = 30.0,
 ) -> dict[str, bool]:
-    """Create the planned topics that do not exist; ``{logical: created}``.  Idempotent."""
+    """Create the planned topics that do not exist; ``{logical: created}``.  Idempotent.
+
+    A topic that exists keeps its configs, except ``max.message.bytes``: a planned value
+    above the topic's current one raises it (never lowers it).
+    """
     admin = make_client(
         AdminClient, admin_config(check_kafka_config(config, "admin")), what="admin client"
     )
+    return ensure_with(admin, plans, replication_factor=replication_factor, timeout_s=timeout_s)
+
+
+def ensure_with(
+    admin: Any,
+    plans: Iterable[TopicPlan],
+    *,
+    replication_factor: int | None = None,
+    timeout_s: float = 30.0,
+) -> dict[str, bool]:
+    """:func:`ensure_topics` with an ``AdminClient`` the caller already has."""
     plans = list(plans)
     if not plans:
         return {}
@@ -107,7 +151,62 @@ def ensure_topics(
                 continue
             raise client_error(exc, what=f"creating topic {plan.logical}") from exc
     _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
+    existing = [p for p in plans if not result[p.logical] and MAX_MESSAGE_BYTES in p.config]
+    if existing:
+        _raise_size_limits(admin, existing, timeout_s)
     return result
+
+
+def topic_max_message_bytes(
+    config: Mapping[str, Any], topic: str, *, timeout_s: float = 30.0
+) -> int:
+    """The ``max.message.bytes`` in force for ``topic`` (its own or the broker's default)."""
+    admin = make_client(
+        AdminClient, admin_config(check_kafka_config(config, "admin")), what="admin client"
+    )
+    return _max_message_bytes(admin, [naming.to_kafka(topic)], timeout_s)[naming.to_kafka(topic)]
+
+
+def _max_message_bytes(admin: Any, kafka_topics: list[str], timeout_s: float) -> dict[str, int]:
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in kafka_topics]
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    out: dict[str, int] = {}
+    for res, fut in futures.items():
+        try:
+            entries = fut.result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            raise client_error(exc, what=f"describing topic {res.name}") from exc
+        out[res.name] = int(entries[MAX_MESSAGE_BYTES].value)
+    return out
+
+
+def _raise_size_limits(admin: Any, plans: list[TopicPlan], timeout_s: float) -> None:
+    current = _max_message_bytes(admin, [p.kafka_topic for p in plans], timeout_s)
+    for plan in plans:
+        want = int(plan.config[MAX_MESSAGE_BYTES])
+        if current[plan.kafka_topic] >= want:
+            continue
+        res = ConfigResource(
+            ResourceType.TOPIC,
+            plan.kafka_topic,
+            incremental_configs=[
+                ConfigEntry(
+                    MAX_MESSAGE_BYTES,
+                    str(want),
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        try:
+            admin.incremental_alter_configs([res])[res].result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            raise client_error(exc, what=f"raising max.message.bytes of {plan.logical}") from exc
+        log.info(
+            "raised max.message.bytes of %s from %d to %d",
+            plan.logical,
+            current[plan.kafka_topic],
+            want,
+        )
 
 
 def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> None:
@@ -138,11 +237,17 @@ def ensure_group_topics(
     delay_levels: DelayLevels = DelayLevels.DEFAULT,
     namespace: str | None = None,
     partitions: int = 3,
+    max_message_bytes: int | None = None,
 ) -> dict[str, bool]:
-    """The group's ``%RETRY%`` and ``%DLQ%`` topics plus every delay-level topic."""
+    """The group's ``%RETRY%`` and ``%DLQ%`` topics plus every delay-level topic
+    (``max_message_bytes``: see :func:`plan_topics`)."""
     return ensure_topics(
         config,
         plan_topics(
-            groups=[group], delay_levels=delay_levels, namespace=namespace, partitions=partitions
+            groups=[group],
+            delay_levels=delay_levels,
+            namespace=namespace,
+            partitions=partitions,
+            max_message_bytes=max_message_bytes,
         ),
     )

@@ -22,17 +22,17 @@ import importlib
 import os
 import shutil
 import socket
-import time
 import uuid
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+import tenacity
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from adapter.embedded.broker import EmbeddedKafka, EmbeddedKafkaError, pid_alive
+from adapter.io.topics import TopicPlan, ensure_with
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -133,18 +133,26 @@ def _admin(bootstrap: str) -> AdminClient:
 
 
 def _wait_until_serving(bootstrap: str, timeout: float = _READY_TIMEOUT_S) -> None:
-    """Poll a metadata request until the cluster answers with at least one broker."""
+    """Ask for metadata (bounded back-off between attempts) until the cluster answers with at
+    least one broker."""
     admin = _admin(bootstrap)
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if admin.list_topics(timeout=2.0).brokers:
-                return
-        except Exception as exc:
-            last = exc
-        time.sleep(0.2)
-    raise RuntimeError(f"Kafka at {bootstrap} not serving after {timeout:.0f}s: {last}")
+
+    def serving() -> None:
+        if not admin.list_topics(timeout=2.0).brokers:
+            raise EmbeddedKafkaError(f"Kafka at {bootstrap} lists no broker yet")
+
+    try:
+        for attempt in tenacity.Retrying(
+            stop=tenacity.stop_after_delay(timeout),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+            reraise=True,
+        ):
+            with attempt:
+                serving()
+    except Exception as exc:
+        raise EmbeddedKafkaError(
+            f"Kafka at {bootstrap} not serving after {timeout:.0f}s: {exc}"
+        ) from exc
 
 
 def _free_port() -> int:
@@ -217,27 +225,8 @@ def create_topic(
 ) -> str:
     """Create a uuid-named topic and wait until every partition has a leader."""
     name = f"{prefix}-{uuid.uuid4().hex}"
-    new = NewTopic(
-        name, num_partitions=partitions, replication_factor=-1, config=dict(config or {})
-    )
-    futures = admin.create_topics([new], operation_timeout=timeout, request_timeout=timeout)
-    futures[name].result(timeout=timeout + 5)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            md = admin.list_topics(topic=name, timeout=5.0).topics.get(name)
-        except Exception:
-            md = None
-        if (
-            md is not None
-            and md.error is None
-            and len(md.partitions) == partitions
-            and all(p.leader >= 0 for p in md.partitions.values())
-        ):
-            return name
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"topic {name} has no leader for all partitions after {timeout}s")
-        time.sleep(0.05)
+    ensure_with(admin, [TopicPlan(name, name, partitions, dict(config or {}))], timeout_s=timeout)
+    return name
 
 
 # --------------------------------------------------------------------------------------------

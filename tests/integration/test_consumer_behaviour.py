@@ -1,4 +1,4 @@
-"""PushConsumer behaviour on a real broker, one test per rule of SPEC §2-5.
+"""PushConsumer behaviour on a real broker, one test per rule of docs/semantics.md §2-5.
 
 Every test uses its own topic, group and namespace (delay topics), and waits by polling
 with deadlines.  The ScheduleService runs beside the consumer wherever a retry has to come
@@ -808,8 +808,9 @@ MISBEHAVIOUR: dict[str, Any] = {
 def test_a_misbehaving_listener_never_stops_the_consumer(
     kafka_bootstrap_servers: str, kafka_topic_factory: Any, misbehaviour: str
 ) -> None:
-    """SPEC §5: a bad value from the listener is logged and counted as RECONSUME_LATER; the
-    consumer keeps consuming.  (A bad ``ack_index`` or level used to kill the poll loop.)"""
+    """docs/semantics.md §5: a bad value from the listener is logged and counted as
+    RECONSUME_LATER; the consumer keeps consuming.
+    (A bad ``ack_index`` or level used to kill the poll loop.)"""
     topic = kafka_topic_factory("mis")
     send_bodies(kafka_bootstrap_servers, topic, ["first"])
 

@@ -1,6 +1,7 @@
-"""PushConsumer fault tests on the real broker (SPEC §4 "Offsets", "Rebalance", §2 "sendBack
-failed"): send-backs failing, the broker killed and restarted or stopped past the session
-timeout, consumers joining and leaving while messages fail, retry and go to the DLQ.  (A
+"""PushConsumer fault tests on the real broker (docs/semantics.md §4 "Offsets",
+"Rebalance", §2 "sendBack failed"): send-backs failing, the broker killed and restarted or
+stopped past the session timeout, consumers joining and leaving while messages fail,
+retry and go to the DLQ.  (A
 consumer process killed with ``kill -9`` is ``tests/reliability/test_consumer_kill.py``.)
 
 Every message carries a unique id (its body, a uuid).  The invariants are checked from what
@@ -542,12 +543,12 @@ class _Bounded:
 def _service_state(bs: str, svc: Any, group: str, ns: str) -> str:
     """Where the retry traffic stands (for failure messages)."""
     levels = DelayLevels.coerce(LEVELS)
-    out = [
-        f"service alive={svc._thread is not None and svc._thread.is_alive()} "
-        f"error={getattr(svc, 'error', None)!r} stats={svc.stats} held={svc._held} "
-        f"pending={ {tp: len(q) for tp, q in svc._pending.items()} } "
-        f"assignment={sorted(svc.assignment)} txn_open={svc._txn_open}"
-    ]
+    try:
+        svc.check_alive()
+        alive = "alive"
+    except Exception as exc:
+        alive = f"dead: {exc!r}"
+    out = [f"service {alive} stats={svc.stats} state={svc.running_info()}"]
     with (
         contextlib.suppress(Exception),
         offset_probe(bs, svc.group) as sp,
@@ -764,7 +765,7 @@ def test_poison_messages_under_rebalance_reach_the_dlq(
         assert e.origin_topic == topic and e.reason == "MAX_RECONSUME_TIMES"
         assert e.message.reconsume_times == max_rt + 1
     # Exactly one DLQ copy per poison message unless a rebalance repeated in-flight work:
-    # the SPEC's delivery is at-least-once, so a partition that moved while a poison
+    # delivery is at-least-once (docs/semantics.md §4), so a partition that moved while a poison
     # message's delivery (or its send-back) was not yet settled is re-read by the new owner,
     # which walks the ladder again.  So: >= 1 copy, and each copy comes from a distinct
     # final delivery (reconsume_times == max) the listeners recorded.

@@ -306,15 +306,18 @@ def test_absolute_deliver_time_cascades_and_is_never_early(h: Harness, kafka_top
     p = h.producer()
     out = h.collect(kafka_topic)
 
-    base = now_ms()
-    targets = {
-        b"in-2.7s": base + 2700,  # 1s, 1s, then the short levels
-        b"in-1.3s": base + 1300,
-        b"in-150ms": base + 150,  # shorter than every level: the shortest, exact due time
+    ahead = {
+        b"in-2.7s": 2700,  # 1s, 1s, then the short levels
+        b"in-1.3s": 1300,
+        b"in-150ms": 150,  # shorter than every level: the shortest, exact due time
     }
-    for body, deliver in targets.items():
+    targets: dict[bytes, int] = {}
+    for body, ms in ahead.items():
+        # from the moment of each send: a loaded machine may take 150 ms between two sends
+        targets[body] = deliver = now_ms() + ms
         result = p.send(Message(topic=kafka_topic, body=body, deliver_time_ms=deliver))
         assert naming.schedule_level_of(naming.to_kafka(result.topic)) is not None
+    base = now_ms()
     past = p.send(Message(topic=kafka_topic, body=b"past", deliver_time_ms=base - 5000))
     assert past.topic == kafka_topic  # due already: sent straight to the topic
 

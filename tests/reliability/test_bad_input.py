@@ -1,8 +1,9 @@
 """Bad input end to end: malformed, oversized, duplicate and null headers, non-UTF-8 values,
 records at the size limit, invalid delay levels, group ids and topic names.
 
-The rule (SPEC §3 and §5, README "Headers" and "Errors"): a clear error that names the field
-and the value, or a documented handling rule; no crash, no stall, nothing lost.  Malformed
+The rule (docs/semantics.md §3 and §5, README "Headers" and "Errors"): a clear error that
+names the field and the value, or a documented handling rule; no crash, no stall,
+nothing lost.  Malformed
 records are injected with plain confluent-kafka producers.  (``tests/integration`` already
 covers the basic malformed user headers, bad schedule-entry values, a retry copy refused by
 a small delay topic, negative delay levels and unknown options; this file adds what they

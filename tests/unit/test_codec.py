@@ -20,6 +20,7 @@ from adapter.constants import (
     HEADER_FAILURE_TYPE,
     HEADER_GROUP,
     HEADER_MALFORMED,
+    HEADER_ORIGIN_BORN_MS,
     HEADER_ORIGIN_OFFSET,
     HEADER_ORIGIN_PARTITION,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -37,6 +38,7 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
     SYSTEM_HEADERS,
 )
+from adapter.core import hops
 from adapter.core.codec import (
     Failure,
     OmittedBody,
@@ -731,6 +733,36 @@ class TestScheduleAndReplaceHeaders:
         d = as_dict(schedule_headers(base, real_topic="t", real_queue_id=None, level=1, due_ms=0))
         assert PROPERTY_REAL_QUEUE_ID not in d
         assert PROPERTY_TIMER_DELIVER_MS not in d
+
+    def test_schedule_headers_keep_the_born_time_for_the_forwarded_copy(self) -> None:
+        """Issue 11 #11: a scheduled message reported its forward time as born_timestamp;
+        the entry now carries the send time, and an older born time is never replaced."""
+        d = as_dict(
+            schedule_headers(
+                {}, real_topic="t", real_queue_id=None, level=1, due_ms=9, born_ms=1234
+            )
+        )
+        assert d[HEADER_ORIGIN_BORN_MS] == b"1234"
+        kept = {HEADER_ORIGIN_BORN_MS: b"77"}
+        d = as_dict(
+            schedule_headers(
+                kept, real_topic="t", real_queue_id=None, level=1, due_ms=9, born_ms=1234
+            )
+        )
+        assert d[HEADER_ORIGIN_BORN_MS] == b"77"
+
+    def test_a_forward_records_the_partition_it_went_to(self) -> None:
+        """Issue 11 #15: RocketMQ keeps REAL_QID on a delivered scheduled message; a forward
+        without one records the partition it chose (the key's partition, stable per key)."""
+        raw = [(PROPERTY_DELAY_TIME_LEVEL, b"3"), (PROPERTY_UNIQ_KEY, b"ID")]
+        chosen = hops.forward(raw, b"v", b"k", real_topic="t", real_queue_id=None, partitions=5)
+        again = hops.forward(raw, b"v", b"k", real_topic="t", real_queue_id=None, partitions=5)
+        assert chosen.partition == again.partition and 0 <= chosen.partition < 5
+        d = as_dict(chosen.headers)
+        assert d[PROPERTY_REAL_QUEUE_ID] == str(chosen.partition).encode()
+        assert PROPERTY_DELAY_TIME_LEVEL not in d
+        pinned = hops.forward(raw, b"v", None, real_topic="t", real_queue_id=4, partitions=5)
+        assert pinned.partition == 4 and as_dict(pinned.headers)[PROPERTY_REAL_QUEUE_ID] == b"4"
 
     def test_replace_headers(self) -> None:
         raw = [("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"\xff")]

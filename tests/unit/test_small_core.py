@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from adapter.analytics.schemas import decode_trace
 from adapter.clients.producer import ProducerOptions
 from adapter.clients.push_consumer import ConsumerOptions
 from adapter.core import naming
+from adapter.core.delay import DelayLevels
 from adapter.core.filter import TagFilter
 from adapter.core.ids import MessageIdGenerator
 from adapter.core.stats import Reservoir, percentile
-from adapter.errors import ConfigError, InvalidInputError, TopicNameError
+from adapter.embedded.broker import EmbeddedKafka
+from adapter.errors import AdapterError, ConfigError, InvalidInputError, TopicNameError
 from adapter.io.config import admin_config, build_options, check_kafka_config, producer_config
 
 pytestmark = pytest.mark.unit
@@ -174,3 +179,88 @@ def test_flow_control_backoff_counts_the_streak_not_all_attempts() -> None:
     )
     assert retrying(attempt) == "ok"
     assert sleeps == [1.0, 0.0, 1.0, 1.6]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: MessageIdGenerator(b"short"),
+        lambda: EmbeddedKafka("bad name!"),
+        lambda: EmbeddedKafka("x", authorizer=True),
+        lambda: DelayLevels.DEFAULT.index(timedelta(milliseconds=7)),
+        lambda: decode_trace(b"", "no-such-schema"),
+    ],
+    ids=["message-id-prefix", "broker-name", "broker-authorizer", "delay-index", "trace-schema"],
+)
+def test_bad_input_errors_share_the_one_root_and_name_the_field(call: Any) -> None:
+    """Issue 11 #13: these raised plain ``ValueError`` before; now ``AdapterError``s that
+    are still ``ValueError``s and name the field."""
+    with pytest.raises(InvalidInputError) as err:
+        call()
+    assert isinstance(err.value, AdapterError) and isinstance(err.value, ValueError)
+    assert err.value.field in str(err.value)
+
+
+def test_librdkafka_log_lines_go_through_python_logging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client the project creates logs librdkafka's lines (here: a refused connection to a
+    closed local port) under ``adapter.librdkafka`` as warnings, not raw on stderr; a config
+    that brings its own ``logger`` keeps it."""
+    import logging
+
+    from confluent_kafka import Producer as RawProducer
+
+    from adapter.io.errors import make_client
+
+    caplog.set_level(logging.DEBUG, logger="adapter.librdkafka")
+    producer = make_client(
+        RawProducer, {"bootstrap.servers": "127.0.0.1:1", "reconnect.backoff.ms": 10}, what="t"
+    )
+    for _ in range(50):
+        producer.poll(0.1)
+        if any(r.name == "adapter.librdkafka" for r in caplog.records):
+            break
+    lines = [r for r in caplog.records if r.name == "adapter.librdkafka"]
+    assert lines, "no librdkafka line reached logging"
+    assert any("Connection refused" in r.getMessage() for r in lines)
+    assert all(r.levelno <= logging.WARNING for r in lines)
+
+    own: list[str] = []
+
+    class Own:
+        def log(self, level: int, msg: str, *args: Any) -> None:
+            own.append(msg % args)
+
+    other = make_client(
+        RawProducer, {"bootstrap.servers": "127.0.0.1:1", "logger": Own()}, what="t"
+    )
+    for _ in range(50):
+        other.poll(0.1)
+        if own:
+            break
+    assert own
+
+
+@pytest.mark.parametrize(
+    ("typed", "validated"),
+    [
+        ("adapter.clients.push_consumer:PushConsumerOptions", "ConsumerOptions"),
+        ("adapter.clients.producer:ProducerOptionsDict", "ProducerOptions"),
+        ("adapter.clients.simple_consumer:SimpleConsumerOptions", "SimpleOptions"),
+        ("adapter.services.schedule.service:ScheduleServiceOptionsDict", "ScheduleServiceOptions"),
+        ("adapter.kafka:DropInOptions", "_Options"),
+    ],
+)
+def test_typed_options_name_exactly_the_validated_options(typed: str, validated: str) -> None:
+    """What mypy and editors see (the ``TypedDict`` behind ``**options``) is exactly what
+    the client accepts (the dataclass that validates them): no option missing, none extra."""
+    import dataclasses
+    import importlib
+    import typing
+
+    module_name, typed_name = typed.split(":")
+    module = importlib.import_module(module_name)
+    keys = set(typing.get_type_hints(getattr(module, typed_name)))
+    fields = {f.name for f in dataclasses.fields(getattr(module, validated))}
+    assert keys == fields, (sorted(keys - fields), sorted(fields - keys))

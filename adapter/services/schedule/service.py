@@ -30,10 +30,8 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
-    TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from adapter.constants import (
     DEFAULT_SCHEDULE_SERVICE_GROUP,
@@ -58,7 +56,6 @@ from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.errors import ConfigError, TopicNameError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import (
-    admin_config,
     build_options,
     check_int,
     check_kafka_config,
@@ -405,7 +402,7 @@ class _ServiceLoop:
         self.delivery: AtLeastOnce | ExactlyOnce | None = None
         self._consumer: Any = None
         self._cooperative = True
-        self._destinations = _Destinations(service._config, DESTINATION_TTL_S)
+        self._destinations = _Destinations(DESTINATION_TTL_S)
         self._levels: dict[str, tuple[int, int]] = {}  # Kafka topic -> (level, delay ms)
         self._trace: TraceSink | None = opts.trace_sink
         self._owned_trace: Any = None
@@ -556,7 +553,6 @@ class _ServiceLoop:
                 self._consumer.close()  # may revoke (cooperative): commits again, harmlessly
         finally:
             self._consumer = None
-            self._destinations.close()
             if self.delivery is not None:
                 self.delivery.close()
             if self._owned_trace is not None:
@@ -904,26 +900,22 @@ class _ServiceLoop:
 class _Destinations:
     """Partition counts of the topics entries are forwarded to.
 
-    A count older than ``ttl_s`` is looked up again in the background (an admin request
-    whose future is checked on later passes): the forwards go on meanwhile, and a
-    destination deleted since is known gone within about ``ttl_s``.
+    A count is trusted for ``ttl_s``; after that the next forward to the topic looks it up
+    again first (one metadata request per destination and ``ttl_s``), so a destination
+    deleted since is found gone before a forward to it is produced: a record for a deleted
+    topic would sit in the producer until ``message.timeout.ms``, and in exactly-once mode
+    hold back every other entry of its transaction that long.
     """
 
-    def __init__(self, config: Mapping[str, Any], ttl_s: float) -> None:
-        self._config = config
+    def __init__(self, ttl_s: float) -> None:
         self._ttl_s = ttl_s
         self._known: dict[str, tuple[int, float]] = {}
-        self._refreshing: dict[str, Any] = {}  # Kafka topic -> future
-        self._admin: Any = None
 
     def partitions(self, kafka_topic: str, now: float) -> int | None:
-        """The cached count (``None``: never seen, or found gone by a refresh)."""
-        self._collect()
+        """The cached count (``None``: never seen, or older than ``ttl_s``: look it up)."""
         known = self._known.get(kafka_topic)
-        if known is None:
+        if known is None or now - known[1] > self._ttl_s:
             return None
-        if now - known[1] > self._ttl_s and kafka_topic not in self._refreshing:
-            self._refresh(kafka_topic)
         return known[0]
 
     def known(self, kafka_topic: str, partitions: int, now: float) -> None:
@@ -931,35 +923,6 @@ class _Destinations:
 
     def forget(self) -> None:
         self._known.clear()
-
-    def _refresh(self, kafka_topic: str) -> None:
-        if self._admin is None:
-            self._admin = make_client(
-                AdminClient, admin_config(self._config), what="ScheduleService admin client"
-            )
-        futures = self._admin.describe_topics(
-            TopicCollection([kafka_topic]), request_timeout=_LOOKUP_TIMEOUT_S
-        )
-        self._refreshing[kafka_topic] = futures[kafka_topic]
-
-    def _collect(self) -> None:
-        if not self._refreshing:
-            return
-        for topic, future in list(self._refreshing.items()):
-            if not future.done():
-                continue
-            del self._refreshing[topic]
-            try:
-                description = future.result()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and is_unknown_topic(err):
-                    self._known.pop(topic, None)  # gone: the next forward finds out
-                continue  # any other failure: keep the count, try again later
-            self._known[topic] = (len(description.partitions), time.monotonic())
-
-    def close(self) -> None:
-        self._admin = None
 
 
 def _purged(err: Any) -> bool:
