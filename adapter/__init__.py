@@ -2,35 +2,56 @@
 
 Public API::
 
-    from adapter import (Producer, PushConsumer, ScheduleService, Message, MessageExt,
-                         ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext, MessageModel,
-                         DelayLevels, naming)
+    from adapter import (Producer, PushConsumer, SimpleConsumer, ScheduleService, Message,
+                         MessageExt, ConsumeConcurrentlyStatus, ConsumeConcurrentlyContext,
+                         ConsumeOrderlyStatus, ConsumeOrderlyContext, MessageModel,
+                         ConsumeFromWhere, ListenerMode, DelayLevels, naming)
+
+The confluent-kafka-shaped drop-in is :mod:`adapter.kafka` (``from adapter.kafka import
+Consumer``); asyncio front ends are in :mod:`adapter.aio`.
 """
 
 from adapter import naming
 from adapter.clients.producer import Producer, SendResult, SendStatus
 from adapter.clients.push_consumer import (
     ConsumeConcurrentlyContext,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    MessageListenerOrderly,
     MessageQueue,
+    Ordering,
     PushConsumer,
     TopicStats,
 )
+from adapter.clients.simple_consumer import MessageView, SimpleConsumer
 from adapter.core.delay import DelayLevels
+from adapter.core.listener import ListenerMode
 from adapter.core.message import Message, MessageExt
+from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.routing import ConsumeConcurrentlyStatus, DeadLetterReason, MessageModel
 from adapter.errors import (
     AdapterError,
     AuthenticationError,
     BrokerUnavailableError,
+    ClientClosedError,
+    ClientLoopError,
     ConfigError,
+    DeadLetterBodyError,
+    FlowControlError,
     InvalidDelayLevelError,
     InvalidInputError,
+    InvalidReceiptHandleError,
     KafkaClientError,
     ListenerResultError,
+    MalformedHeaderError,
     MessageTooLargeError,
     PossiblyPersistedError,
+    RetriesExhaustedError,
     SendError,
+    SendTimeoutError,
+    ShutdownTimeoutError,
     TopicNameError,
+    UnackedLimitError,
     UnknownTopicError,
 )
 from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
@@ -40,30 +61,48 @@ __all__ = [
     "AdapterError",
     "AuthenticationError",
     "BrokerUnavailableError",
+    "ClientClosedError",
+    "ClientLoopError",
     "ConfigError",
     "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
+    "DeadLetterBodyError",
     "DeadLetterReason",
     "DelayLevels",
     "DeliveryGuarantee",
+    "FlowControlError",
     "InvalidDelayLevelError",
     "InvalidInputError",
+    "InvalidReceiptHandleError",
     "KafkaClientError",
+    "ListenerMode",
     "ListenerResultError",
+    "MalformedHeaderError",
     "Message",
     "MessageExt",
+    "MessageListenerOrderly",
     "MessageModel",
     "MessageQueue",
     "MessageTooLargeError",
+    "MessageView",
+    "Ordering",
     "PossiblyPersistedError",
     "Producer",
     "PushConsumer",
+    "RetriesExhaustedError",
     "ScheduleService",
     "SendError",
     "SendResult",
     "SendStatus",
+    "SendTimeoutError",
+    "ShutdownTimeoutError",
+    "SimpleConsumer",
     "TopicNameError",
     "TopicStats",
+    "UnackedLimitError",
     "UnknownTopicError",
     "ensure_group_topics",
     "ensure_topics",

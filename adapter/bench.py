@@ -729,6 +729,8 @@ ALL = (
     "blocking",
     "consumer-1k",
     "failures",
+    "pull",
+    "orderly",
     "producer",
     "forwarding",
     "lateness",
@@ -754,6 +756,22 @@ def analytics_scenarios(bench: Bench, *, spark: Any = None) -> list[Scenario]:
     from adapter.analytics.bench import spark_scenario
 
     return [spark_scenario(bench, bench.n, spark=spark)]
+
+
+def pull_consumer_scenarios(bench: Bench) -> list[Scenario]:
+    """The pull-style consumer rows (:mod:`adapter.bench_pull`): SimpleConsumer
+    receive/ack and the confluent-kafka drop-in's loops, each against raw confluent-kafka."""
+    from adapter.bench_pull import pull_scenarios
+
+    return pull_scenarios(bench)
+
+
+def orderly_consumer_scenarios(bench: Bench) -> list[Scenario]:
+    """The orderly consumer rows (:mod:`adapter.bench_orderly`): no-op at batch 1 and 32 and
+    1 % suspended once, each beside the concurrent PushConsumer and raw confluent-kafka."""
+    from adapter.bench_orderly import orderly_scenarios
+
+    return orderly_scenarios(bench)
 
 
 def trace_scenarios(bench: Bench) -> list[Scenario]:
@@ -791,6 +809,8 @@ def run_bench(args: argparse.Namespace) -> int:
             ("blocking", lambda: [bench.blocking_scenario()]),
             ("consumer-1k", lambda: bench.consumer_scenarios(1000, (32,))),
             ("failures", lambda: bench.failure_scenarios((1, 10, 100))),
+            ("pull", lambda: pull_consumer_scenarios(bench)),
+            ("orderly", lambda: orderly_consumer_scenarios(bench)),
             ("producer", bench.producer_scenarios),
             ("forwarding", bench.forwarding_scenarios),
             ("lateness", lambda: [bench.lateness_scenario(d) for d in DeliveryGuarantee]),

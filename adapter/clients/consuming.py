@@ -31,7 +31,10 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from adapter.clients.resets import ResetReceiver
 from adapter.constants import PROPERTY_TAGS
 from adapter.core import hops
 from adapter.core.clock import Clock
@@ -56,7 +59,7 @@ from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, TopicStats
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
-from adapter.io.config import require_setting
+from adapter.io.config import admin_config, require_setting
 from adapter.io.errors import FatalErrorWatch, client_error, error_text, make_client, refusal_of
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
@@ -74,6 +77,8 @@ PERSIST_INTERVAL_S = 5.0
 #: ... and the topics' partitions are looked up again this often (RocketMQ rebalances
 #: every 20 s), so partitions added later are read too.
 REDISCOVER_INTERVAL_S = 20.0
+#: How often the loop refreshes the partitions' lag while metrics are on.
+LAG_INTERVAL_S = 1.0
 #: How long a rebalance waits for running batches of revoked partitions while running.
 REVOKE_DRAIN_S = 2.0
 _LOOKUP_TIMEOUT_S = 10.0
@@ -134,6 +139,10 @@ class ConsumeSettings:
     pull_batch_size: int = 32
     soft_backlog: int = 1000
     shutdown_await: float = 30.0
+    #: how long a rebalance waits for running batches of revoked partitions while the
+    #: consumer runs (shutting down, ``shutdown_await`` applies); orderly consumers wait
+    #: for the batch (up to ``consume_timeout``), so a new owner never starts beside it
+    revoke_await: float = REVOKE_DRAIN_S
     offset_store_dir: str = ".rmq-offsets"
     instance_name: str = "DEFAULT"
 
@@ -144,6 +153,8 @@ class ConsumerStats:
     def __init__(self) -> None:
         self.topics: dict[str, TopicStats] = {}
         self.listener_seconds: dict[str, Histogram] = {}
+        self.send_backs: dict[tuple[str, int], int] = {}  # (topic, level) -> acknowledged
+        self.dead_letters: dict[tuple[str, str], int] = {}  # (topic, reason) -> acknowledged
 
     def topic(self, name: str) -> TopicStats:
         st = self.topics.get(name)
@@ -198,6 +209,9 @@ class GroupConsumer:
         self.retry_kafka = topics.retry_kafka if settings.clustering else None
         self.runner: Runner | None = None
         self.assignment: set[TP] = set()
+        #: partitions whose running batches a revoke or shutdown is waiting for: runners
+        #: start nothing new on them (replaced, never mutated: workers read it)
+        self.draining: frozenset[TP] = frozenset()
         self.publisher = Publisher(
             config,
             what=f"{name} send-back producer",
@@ -219,6 +233,17 @@ class GroupConsumer:
         self._next_persist = 0.0
         self._next_discover = 0.0
         self.on_message_error: Callable[[MessageExt, str], None] | None = None
+        #: keep ``lag()`` fresh (metrics turn it on)
+        self.track_lag = False
+        self._lag: dict[TP, int] = {}
+        self._next_lag = 0.0
+        self._ends: dict[TP, tuple[int, int]] = {}  # (log start, end) per partition
+        self._starts: dict[TP, int] = {}  # where each assigned partition starts
+        self._ends_pending: dict[Any, Any] = {}
+        self._admin: Any = None
+        self._admin_base = dict(config)
+        #: forced offset resets from the control topic (set by the kind before ``open()``)
+        self.resets: ResetReceiver | None = None
 
     # -- config ----------------------------------------------------------------------------
     def _consumer_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,6 +301,18 @@ class GroupConsumer:
             self._local_offsets = self._local.load()
             self._discover(first=True)
 
+    def resubscribe(self, filters: Mapping[str, TagFilter]) -> None:
+        """Replace the subscriptions of a running member (clustering; on the loop thread):
+        ``filters`` maps every Kafka topic to read (the retry topic included) to its tag
+        filter.  Partitions of topics left out are revoked the usual way."""
+        self.filters = {t: (f if f.tags is not None else None) for t, f in filters.items()}
+        self._consumer.subscribe(
+            list(self.filters),
+            on_assign=self._guard(self._on_assign),
+            on_revoke=self._guard(self._on_revoke),
+            on_lost=self._guard(self._on_lost),
+        )
+
     def step(self) -> None:
         runner = self.runner
         assert runner is not None
@@ -289,7 +326,8 @@ class GroupConsumer:
         if backlog >= self.settings.soft_backlog and now - self._last_fetch < MAX_FETCH_GAP_S:
             runner.wait(0.05)  # enough work waits: serve results instead of fetching more
         else:
-            busy = backlog or self.publisher.in_flight()
+            # a local retry (an orderly suspend) is due soon: poll briefly to be on time
+            busy = backlog or self.publisher.in_flight() or engine.local_retries()
             timeout = 0.005 if busy else 0.1
             settings = self.settings
             size = settings.fetch_size if runner.inline else settings.pull_batch_size
@@ -300,8 +338,14 @@ class GroupConsumer:
         self.publisher.poll(0)
         if not self.settings.clustering:
             self._broadcast_upkeep(now)
+        if self.track_lag:
+            self._refresh_lag(now)
+        if self.resets is not None and self.assignment:
+            self.resets.step(now)
 
     def close(self) -> None:
+        if self.resets is not None:
+            self.resets.close()
         try:
             if self._consumer is not None:
                 self._drain(set(self.assignment), self.settings.shutdown_await)
@@ -310,6 +354,7 @@ class GroupConsumer:
                 self._consumer.close()  # may revoke (cooperative): commits again, harmlessly
         finally:
             self._consumer = None
+            self._admin = None
             if self.runner is not None:
                 self.runner.close()
             self.publisher.close(30)
@@ -413,8 +458,11 @@ class GroupConsumer:
         dest = action.dest
         if err is None:
             self.engine.published(action)
+            stats = self.stats
             if isinstance(dest, DeadLetter):
                 st.dead_lettered += 1
+                key = (msg.topic, dest.reason.value)
+                stats.dead_letters[key] = stats.dead_letters.get(key, 0) + 1
                 log.warning(
                     "%s: message %s moved to %s (%s)",
                     self.name,
@@ -424,6 +472,10 @@ class GroupConsumer:
                 )
             else:
                 st.sent_back += 1
+                level = dest.level if isinstance(dest, RetryLater) else 0
+                stats.send_backs[(msg.topic, level)] = (
+                    stats.send_backs.get((msg.topic, level), 0) + 1
+                )
             if self.trace is not None:
                 status = TraceStatus.DLQ if isinstance(dest, DeadLetter) else TraceStatus.RETRY
                 self.emit(msg, status, action.info, action.failure, dest)
@@ -525,20 +577,61 @@ class GroupConsumer:
         runner = self.runner
         assert runner is not None
         deadline = self.clock.monotonic() + timeout
-        while True:
-            runner.poll()
-            self.publisher.poll(0)
-            if not self.engine.running(tps) and self.publisher.in_flight() == 0:
-                return
-            if self.clock.monotonic() >= deadline:
-                break
-            runner.wait(0.02)
+        self.draining = frozenset(tps)
+        try:
+            while True:
+                runner.poll()
+                self.publisher.poll(0)
+                if not self.engine.running(tps) and self.publisher.in_flight() == 0:
+                    return
+                if self.clock.monotonic() >= deadline:
+                    break
+                runner.wait(0.02)
+        finally:
+            self.draining = frozenset()
         if self.engine.running(tps):
             log.warning(
                 "%s: batches still running after %.1fs; their offsets stay uncommitted",
                 self.name,
                 timeout,
             )
+
+    # -- forced offset resets (ResetReceiver's Member) ---------------------------------------
+    def member_id(self) -> str | None:
+        """The Kafka member id once the member has joined its group."""
+        try:
+            member_id: str | None = self._consumer.memberid()
+        except (KafkaException, RuntimeError):
+            return None
+        return member_id
+
+    def owned(self) -> list[TP]:
+        return sorted(self.assignment)
+
+    def reset_partitions(self, targets: Mapping[TP, int]) -> dict[TP, int]:
+        """Move owned partitions to new offsets (on the loop thread): wait for their running
+        batches, forget what the engine holds for them, seek, and commit.  Returns what was
+        applied (partitions no longer owned are left out)."""
+        tps = {tp for tp in targets if tp in self.assignment}
+        if not tps:
+            return {}
+        self._drain(tps, self.settings.revoke_await)
+        applied = {tp: targets[tp] for tp in sorted(tps)}
+        offsets = [TopicPartition(t, p, o) for (t, p), o in applied.items()]
+        for tp, offset in applied.items():
+            self.engine.revoked(tp)  # unsettled work of the old position is dropped
+            self.engine.assigned(tp)
+            self._starts[tp] = offset
+        try:
+            self._consumer.resume(offsets)  # a flow-control pause belonged to the old position
+            for tpo in offsets:
+                self._consumer.seek(tpo)
+            self._consumer.store_offsets(offsets=offsets)
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise client_error(exc, what=f"{self.name}: resetting offsets") from exc
+        log.warning("%s: offsets reset by request: %s", self.name, applied)
+        return applied
 
     # -- rebalance -------------------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
@@ -547,6 +640,7 @@ class GroupConsumer:
             tp = (p.topic, p.partition)
             self.engine.assigned(tp)
             self.assignment.add(tp)
+            self._starts[tp] = p.offset
         apply_assignment(consumer, partitions, self._cooperative)
         if initial:
             try:  # a restart resumes where this first start began
@@ -557,7 +651,7 @@ class GroupConsumer:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
-        wait = REVOKE_DRAIN_S if self._running() else self.settings.shutdown_await
+        wait = self.settings.revoke_await if self._running() else self.settings.shutdown_await
         self._drain(set(tps), wait)
         self._commit(tps)
         for tp in tps:
@@ -716,20 +810,74 @@ class GroupConsumer:
 
     # -- introspection ---------------------------------------------------------------------
     def lag(self) -> dict[TP, int]:
-        """Per assigned partition: end offset minus committable offset (cached watermarks)."""
+        """Per assigned partition: end offset minus committable offset (a snapshot the loop
+        refreshes every second while ``track_lag`` is on; any thread may read it)."""
+        return dict(self._lag)
+
+    def _refresh_lag(self, now: float) -> None:
+        """On the loop thread.  End offsets come from an asynchronous admin request (fetch
+        responses leave idle partitions out, so a consumer does not know their end)."""
+        if now < self._next_lag:
+            return
+        self._next_lag = now + LAG_INTERVAL_S
+        self._collect_ends()
         out: dict[TP, int] = {}
-        consumer = self._consumer
-        if consumer is None:
-            return out
-        for tp in list(self.assignment):
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-            except KafkaException:
+        tps = list(self.assignment)
+        fetched = self._fetch_positions(tps)
+        for tp in tps:
+            ends = self._ends.get(tp)
+            if ends is None:
                 continue
+            low, high = ends
             position = self.engine.committable(tp)
-            if high >= 0 and position is not None:
-                out[tp] = max(0, high - position)
-        return out
+            if position is None:  # nothing fetched from it yet: where it starts
+                start = self._starts.get(tp)
+                position = start if start is not None and start >= 0 else low
+            if not self.engine.in_flight(tp):
+                # all settled: the fetch position, which is past transaction markers (the
+                # end offset of a transactionally written topic counts its last marker)
+                position = max(position, fetched.get(tp, -1))
+            out[tp] = max(0, high - max(position, low))
+        self._lag = out
+        self._ask_ends()
+
+    def _fetch_positions(self, tps: list[TP]) -> dict[TP, int]:
+        try:
+            positions = self._consumer.position([TopicPartition(*tp) for tp in tps])
+        except KafkaException:
+            return {}
+        return {(p.topic, p.partition): p.offset for p in positions if p.offset >= 0}
+
+    def _ask_ends(self) -> None:
+        if self._ends_pending or not self.assignment:
+            return
+        if self._admin is None:
+            self._admin = make_client(
+                AdminClient, admin_config(self._admin_base), what=f"{self.name} admin client"
+            )
+        spec: Any = OffsetSpec
+        tps = [TopicPartition(*tp) for tp in list(self.assignment)]
+        self._ends_pending = {
+            "low": self._admin.list_offsets(
+                {tp: spec.earliest() for tp in tps}, request_timeout=_LOOKUP_TIMEOUT_S
+            ),
+            "high": self._admin.list_offsets(
+                {tp: spec.latest() for tp in tps}, request_timeout=_LOOKUP_TIMEOUT_S
+            ),
+        }
+
+    def _collect_ends(self) -> None:
+        pending = self._ends_pending
+        if not pending or not all(f.done() for fs in pending.values() for f in fs.values()):
+            return
+        self._ends_pending = {}
+        for tp, future in pending["high"].items():
+            try:
+                high = int(future.result().offset)
+                low = int(pending["low"][tp].result().offset)
+            except (KafkaException, KeyError):
+                continue
+            self._ends[(tp.topic, tp.partition)] = (low, high)
 
 
 def _where(dest: Any, topics: hops.GroupTopics) -> str:

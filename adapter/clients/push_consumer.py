@@ -9,6 +9,7 @@ options, subscriptions, the listener, the lifecycle and the figures.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any, Protocol, TypedDict, Unpack
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
 from adapter.clients.listeners import ConcurrentRunner
+from adapter.clients.orderly import OrderlyListener, OrderlyRunner
+from adapter.clients.resets import ResetReceiver
 from adapter.constants import (
     DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
     DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
@@ -27,15 +30,26 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     DEFAULT_SEND_BACK_RETRY_INTERVAL_S,
+    DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
 )
 from adapter.core import naming
 from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.engine import ConcurrentEngine, EngineOptions
+from adapter.core.engine.orderly import (
+    SUSPEND_MAX_MS,
+    SUSPEND_MIN_MS,
+    Ordering,
+    OrderlyEngine,
+    OrderlyOptions,
+    orderly_max_reconsume_times,
+)
 from adapter.core.filter import TagFilter
 from adapter.core.hops import GroupTopics
 from adapter.core.listener import (
     ConsumeConcurrentlyContext,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
     ListenerMode,
     MessageQueue,
 )
@@ -50,14 +64,19 @@ from adapter.io.config import build_options, check_int, check_kafka_config, chec
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop, ErrorCallback
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.ops.control import ControlChannel
 
 log = logging.getLogger("adapter.consumer")
 
 __all__ = [
     "ConsumeConcurrentlyContext",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
     "ConsumerOptions",
     "MessageListenerConcurrently",
+    "MessageListenerOrderly",
     "MessageQueue",
+    "Ordering",
     "PushConsumer",
     "PushConsumerOptions",
     "TopicStats",
@@ -82,6 +101,12 @@ class MessageListenerConcurrently(Protocol):
 Listener = Callable[[list[MessageExt], ConsumeConcurrentlyContext], Any]
 
 
+class MessageListenerOrderly(Protocol):
+    def consume_message(
+        self, msgs: list[MessageExt], context: ConsumeOrderlyContext
+    ) -> ConsumeOrderlyStatus: ...
+
+
 class PushConsumerOptions(TypedDict, total=False):
     """Keyword options of :class:`PushConsumer` (RocketMQ's ``DefaultMQPushConsumer``
     settings, snake_case; times in seconds unless the name says otherwise)."""
@@ -97,6 +122,9 @@ class PushConsumerOptions(TypedDict, total=False):
     consume_concurrently_max_span: int
     delay_levels: DelayLevels | str | None
     send_back_retry_interval: float
+    suspend_current_queue_time_millis: int
+    ordering: Ordering | str
+    max_suspended_keys_per_queue: int
     namespace: str | None
     auto_create_topics: bool
     partitions: int
@@ -112,6 +140,9 @@ class PushConsumerOptions(TypedDict, total=False):
     on_error: ErrorCallback | None
     metrics_port: int | None
     metrics_registry: Any
+    metrics_addr: str
+    event_loop: Any
+    offset_resets: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +160,14 @@ class ConsumerOptions:
     consume_concurrently_max_span: int = DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN
     delay_levels: DelayLevels | str | None = None
     send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+    #: orderly listeners: how long a suspended batch waits before it is consumed again
+    #: (RocketMQ ``suspendCurrentQueueTimeMillis``; 10..30000)
+    suspend_current_queue_time_millis: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS
+    #: orderly listeners: what stays in order, a whole partition (RocketMQ) or each key
+    ordering: Ordering = Ordering.PARTITION
+    #: orderly listeners, ``ordering="key"``: a partition stops fetching while more of its
+    #: keys than this wait for a suspended batch
+    max_suspended_keys_per_queue: int = 100
     namespace: str | None = None
     auto_create_topics: bool = True
     partitions: int = 3
@@ -147,6 +186,14 @@ class ConsumerOptions:
     metrics_port: int | None = None
     #: a ``prometheus_client.CollectorRegistry`` to register the metrics in
     metrics_registry: Any = None
+    #: the address the metrics endpoint binds (``0.0.0.0`` inside a container)
+    metrics_addr: str = "127.0.0.1"
+    #: ``async def`` listeners run on this asyncio event loop (``None``: an event-loop
+    #: thread of the consumer's own), at most ``consume_thread_max`` batches at a time
+    event_loop: Any = None
+    #: clustering: apply ``rmq-kafka group reset-offset --force`` while running (RocketMQ's
+    #: reset by time reaches live consumers); the member reads the control topic each second
+    offset_resets: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -172,6 +219,19 @@ class ConsumerOptions:
         check_seconds("send_back_retry_interval", self.send_back_retry_interval)
         check_seconds("shutdown_await", self.shutdown_await)
         check_int("partitions", self.partitions, minimum=1)
+        object.__setattr__(self, "ordering", _enum(Ordering, "ordering", self.ordering))
+        check_int(
+            "suspend_current_queue_time_millis",
+            self.suspend_current_queue_time_millis,
+            minimum=SUSPEND_MIN_MS,
+        )
+        if self.suspend_current_queue_time_millis > SUSPEND_MAX_MS:
+            raise ConfigError(
+                "suspend_current_queue_time_millis",
+                self.suspend_current_queue_time_millis,
+                f"must be <= {SUSPEND_MAX_MS}",
+            )
+        check_int("max_suspended_keys_per_queue", self.max_suspended_keys_per_queue, minimum=1)
         object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
         if self.consume_from_where is not None:
             object.__setattr__(
@@ -253,10 +313,12 @@ class PushConsumer:
         self.dlq_topic = naming.dlq_topic(group)
         self._subscriptions: dict[str, TagFilter] = {}
         self._listener: Listener | None = None
+        self._orderly: OrderlyListener | None = None
         self._errors = FatalErrorWatch(self._config.get("error_cb"))
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
         self._owned_trace: Any = None
+        self._metrics: Any = None
 
     # -- configuration ---------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
@@ -283,6 +345,40 @@ class PushConsumer:
                 "listener", listener, "must be callable or have consume_message()"
             )
 
+    def register_message_listener_orderly(
+        self, listener: OrderlyListener | MessageListenerOrderly
+    ) -> None:
+        """The orderly listener (RocketMQ ``MessageListenerOrderly``): ``listener(msgs, ctx)
+        -> ConsumeOrderlyStatus`` (or an object with ``consume_message``), handed one batch
+        per partition at a time, in offset order (per key with ``ordering="key"``).
+        ``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (or an exception, ``None``, a consume timeout)
+        hands the same messages back after ``suspend_current_queue_time_millis`` with
+        ``reconsume_times + 1``, holding the partition (or the keys); no retry topic.
+        ``max_reconsume_times=-1`` (the default) retries for ever; a bound sends a message
+        that reaches it to ``%DLQ%<group>``."""
+        if hasattr(listener, "consume_message"):
+            fn = listener.consume_message
+        elif callable(listener):
+            fn = listener
+        else:
+            raise InvalidInputError(
+                "listener", listener, "must be callable or have consume_message()"
+            )
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - an object's async __call__
+        ):
+            # its coroutine is no status: every batch would be suspended for ever
+            raise InvalidInputError(
+                "listener", listener, "orderly listeners must be plain functions, not async def"
+            )
+        self._orderly = fn
+        self.max_reconsume_times = orderly_max_reconsume_times(self.options.max_reconsume_times)
+
+    @property
+    def orderly(self) -> bool:
+        """Whether the registered listener is an orderly one."""
+        return self._orderly is not None
+
     @property
     def clustering(self) -> bool:
         return self.options.message_model is MessageModel.CLUSTERING
@@ -293,8 +389,14 @@ class PushConsumer:
         if self._loop is not None:
             self._loop.start()
             return self
-        if self._listener is None:
+        if self._listener is None and self._orderly is None:
             raise InvalidInputError("listener", None, "register_message_listener() before start()")
+        if self._listener is not None and self._orderly is not None:
+            raise InvalidInputError(
+                "listener",
+                self._orderly,
+                "both a concurrent and an orderly listener are registered; register one",
+            )
         if not self._subscriptions:
             raise InvalidInputError(
                 "subscription", None, "subscribe() to at least one topic before start()"
@@ -320,18 +422,28 @@ class PushConsumer:
             trace_module = importlib.import_module("adapter.analytics.trace")
             self._owned_trace = trace_module.KafkaTraceSink(self._config, opts.trace_topic)
             trace = self._owned_trace
-        engine = ConcurrentEngine(
-            EngineOptions(
-                batch_size=opts.consume_message_batch_max_size,
-                max_reconsume_times=self.max_reconsume_times,
-                levels=opts.levels,
-                consume_timeout_s=opts.consume_timeout,
-                send_back_retry_interval_s=opts.send_back_retry_interval,
-                flow=opts.flow_limits,
-                # a group reading its own DLQ never dead-letters into it: failures drop
-                clustering=self.clustering and not self._reads_own_dlq(),
-            )
+        engine_options = EngineOptions(
+            batch_size=opts.consume_message_batch_max_size,
+            max_reconsume_times=self.max_reconsume_times,
+            levels=opts.levels,
+            consume_timeout_s=opts.consume_timeout,
+            send_back_retry_interval_s=opts.send_back_retry_interval,
+            flow=opts.flow_limits,
+            # a group reading its own DLQ never dead-letters into it: failures drop
+            clustering=self.clustering and not self._reads_own_dlq(),
         )
+        engine: ConcurrentEngine | OrderlyEngine
+        if self._orderly is not None:
+            engine = OrderlyEngine(
+                engine_options,
+                OrderlyOptions(
+                    suspend_ms=opts.suspend_current_queue_time_millis,
+                    ordering=opts.ordering,
+                    max_suspended_keys=opts.max_suspended_keys_per_queue,
+                ),
+            )
+        else:
+            engine = ConcurrentEngine(engine_options)
         member = GroupConsumer(
             name=f"consumer {self.group}",
             config=self._config,
@@ -344,6 +456,12 @@ class PushConsumer:
             clock=opts.clock,
             trace=trace,
         )
+        if self.clustering and opts.offset_resets:
+            member.resets = ResetReceiver(
+                member,
+                lambda member_id: ControlChannel(self._config, self.group, member_id),
+                name=member.name,
+            )
         loop = ClientLoop(
             f"rmq-poll-{self.group}",
             member,
@@ -359,11 +477,51 @@ class PushConsumer:
         except BaseException:
             self._close_trace()
             raise
+        self._expose_metrics()
         return self
 
-    def _runner(self, member: GroupConsumer, engine: ConcurrentEngine) -> Runner:
+    def _expose_metrics(self) -> None:
+        opts = self.options
+        if opts.metrics_port is None and opts.metrics_registry is None:
+            return
+        from adapter.ops.metrics import ConsumerCollector, expose  # on use
+
+        if self._member is not None:
+            self._member.track_lag = True
+        self._metrics = expose(
+            ConsumerCollector(self.group, lambda: self._member),
+            registry=opts.metrics_registry,
+            port=opts.metrics_port,
+            addr=opts.metrics_addr,
+        )
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        """Where the metrics are served (``metrics_port``), e.g. for a port chosen by 0."""
+        return None if self._metrics is None else self._metrics.endpoint
+
+    def _runner(self, member: GroupConsumer, engine: ConcurrentEngine | OrderlyEngine) -> Runner:
         """How the registered listener is run (one runner per listener kind)."""
+        if isinstance(engine, OrderlyEngine):
+            assert self._orderly is not None
+            return OrderlyRunner(
+                self._orderly,
+                member,
+                engine,
+                mode=self.options.listener_mode,
+                threads=self.options.consume_thread_max,
+            )
         assert self._listener is not None
+        from adapter.aio import AsyncRunner, is_async_listener  # on use: import cycle
+
+        if is_async_listener(self._listener):
+            return AsyncRunner(
+                self._listener,
+                member,
+                engine,
+                threads=self.options.consume_thread_max,
+                loop=self.options.event_loop,
+            )
         return ConcurrentRunner(
             self._listener,
             member,
@@ -395,9 +553,24 @@ class PushConsumer:
                 max(opts.pull_batch_size, opts.pull_threshold_for_queue // 2),
             ),
             shutdown_await=opts.shutdown_await,
+            revoke_await=self._revoke_await(),
             offset_store_dir=opts.offset_store_dir or ".rmq-offsets",
             instance_name=opts.instance_name or "DEFAULT",
         )
+
+    def _revoke_await(self) -> float:
+        """How long a rebalance waits for running batches of revoked partitions.  An
+        orderly consumer waits for the batch itself, so the next owner never starts beside
+        it: up to ``consume_timeout`` (a listener running longer counts as hung), and
+        below ``max.poll.interval.ms``, past which the group would drop this member."""
+        settings = ConsumeSettings()
+        if self._orderly is None:
+            return settings.revoke_await
+        try:
+            max_poll_s = float(self._config.get("max.poll.interval.ms", 300_000)) / 1000
+        except (TypeError, ValueError):
+            max_poll_s = 300.0
+        return max(settings.revoke_await, min(self.options.consume_timeout, 0.9 * max_poll_s))
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop fetching, let running batches finish (up to ``shutdown_await``), send back
@@ -411,6 +584,9 @@ class PushConsumer:
             loop.shutdown(timeout)
         finally:
             self._close_trace()
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
 
     def _close_trace(self) -> None:
         if self._owned_trace is not None:

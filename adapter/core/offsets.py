@@ -24,12 +24,17 @@ class FlowLimits:
 
     def exceeded(self, tracker: PartitionTracker) -> str | None:
         """The reason a partition must pause, or ``None`` when it may fetch."""
-        if tracker.count > self.max_count:
-            return f"{tracker.count} messages in flight > {self.max_count}"
-        if tracker.bytes > self.max_bytes:
-            return f"{tracker.bytes} bytes in flight > {self.max_bytes}"
-        if tracker.span > self.max_span:
-            return f"in-flight offset span {tracker.span} > {self.max_span}"
+        return self.reason(tracker.count, tracker.bytes, tracker.span)
+
+    def reason(self, count: int, nbytes: int, span: int) -> str | None:
+        """Why a partition with ``count`` messages / ``nbytes`` bytes in flight over an
+        offset span of ``span`` must pause, or ``None`` when it may fetch."""
+        if count > self.max_count:
+            return f"{count} messages in flight > {self.max_count}"
+        if nbytes > self.max_bytes:
+            return f"{nbytes} bytes in flight > {self.max_bytes}"
+        if span > self.max_span:
+            return f"in-flight offset span {span} > {self.max_span}"
         return None
 
 

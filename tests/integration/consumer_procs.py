@@ -18,6 +18,10 @@ message in the same batch: ``ack_index`` marks it failed too); one ``begin`` lin
 batch's first message) opens each listener call.  The message id is the body; ``batch``
 numbers the listener calls of the process, ``i``/``n`` is the message's place in it (a batch
 with fewer than ``n`` outcome lines after its ``begin`` was cut short, e.g. by SIGKILL).
+``--orderly`` registers an orderly listener instead: a batch that holds a message failing
+on its first delivery logs ``fail`` for each of its messages and returns
+``SUSPEND_CURRENT_QUEUE_A_MOMENT`` (the whole batch comes back); otherwise each message is
+logged ``ok`` and the batch returns ``SUCCESS``.
 ``--slow S`` spreads a sleep of ``S`` seconds over each batch, one slice before each message
 is logged, so a SIGKILL lands in the middle of a batch whose first messages are logged ``ok``
 but not acknowledged.  A message fails on its first delivery when
@@ -150,6 +154,7 @@ def _assignment(consumer: Any) -> list[list[Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService
+    from adapter.clients.push_consumer import ConsumeOrderlyStatus
 
     ap = argparse.ArgumentParser(description=__doc__)
     for name in ("--bootstrap", "--topic", "--group", "--namespace", "--log"):
@@ -159,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fail-mod", type=int, default=0)
     ap.add_argument("--poison-mod", type=int, default=0)
     ap.add_argument("--service", action="store_true", help="run a ScheduleService too")
+    ap.add_argument("--orderly", action="store_true", help="an orderly listener")
     ap.add_argument("--delivery", default="AT_LEAST_ONCE", help="ScheduleService delivery")
     ap.add_argument("--kill-at", choices=("listener", "returned", "committed"))
     ap.add_argument("--kill-after", type=int, default=0, help="ok messages before --kill-at")
@@ -219,6 +225,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             threading.Timer(0.005, die, ("returned",), {"batch": batch, "where": where}).start()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
+    def orderly(msgs: list[Any], ctx: Any) -> Any:
+        batch, n = next(batches), len(msgs)
+        record("begin", msgs[0], batch, 0, n)
+        if any(
+            m.reconsume_times == 0 and fails_first(m.body.decode(), args.fail_mod) for m in msgs
+        ):
+            for i, m in enumerate(msgs):
+                record("fail", m, batch, i, n)
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        pause = args.slow / n
+        for i, m in enumerate(msgs):
+            if pause:
+                time.sleep(pause)
+            record("ok", m, batch, i, n)
+        return ConsumeOrderlyStatus.SUCCESS
+
     def on_commit(err: Any, partitions: list[Any]) -> None:
         if args.kill_at != "committed" or err is not None or not armed.is_set():
             return
@@ -246,7 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         **options,
     )
     consumer.subscribe(args.topic)
-    consumer.register_message_listener(listener)
+    if args.orderly:
+        consumer.register_message_listener_orderly(orderly)
+    else:
+        consumer.register_message_listener(listener)
     with contextlib.ExitStack() as stack:
         if args.service:
             stack.enter_context(
@@ -297,6 +322,7 @@ class ConsumerProcess(ChildProcess):
         name: str = "consumer",
         kill_at: str | None = None,
         kill_after: int = 0,
+        orderly: bool = False,
     ) -> None:
         self.log = Path(log)  # the deliveries journal
         argv = [
@@ -325,6 +351,8 @@ class ConsumerProcess(ChildProcess):
         ]
         if service:
             argv.append("--service")
+        if orderly:
+            argv.append("--orderly")
         if kill_at:
             argv += ["--kill-at", kill_at, "--kill-after", str(kill_after)]
         for key, value in (options or {}).items():

@@ -470,6 +470,80 @@ def test_forced_reset_is_applied_and_acknowledged_by_every_live_member(
         assert len(a.requests) == len(b.requests) == 2
 
 
+def test_a_running_push_consumer_applies_a_forced_reset_and_reads_again(
+    bootstrap: str, kafka_topic_factory: TopicFactory, kafka_group_id: str
+) -> None:
+    """The PushConsumer itself answers ``reset-offset --force``: its running member waits for
+    its batches, seeks, commits and acknowledges, and the messages are delivered again."""
+    from adapter import ConsumeConcurrentlyStatus, PushConsumer
+
+    group = kafka_group_id
+    topic = kafka_topic_factory("pushreset", partitions=2)
+    seen: list[bytes] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
+        with lock:
+            seen.extend(m.body for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": "pusher",
+            "auto.offset.reset": "earliest",
+        },
+        namespace=f"r{uuid.uuid4().hex[:10]}",
+        delay_levels="1s",
+        partitions=1,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    bodies = [b"m-%d" % i for i in range(20)]
+    with consumer:
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i, body in enumerate(bodies):
+            producer.produce(topic, value=body, partition=i % 2)
+        assert producer.flush(30) == 0
+        wait_until(lambda: len(seen) >= 20, 60, "the first delivery")
+        wait_until(
+            lambda: (
+                committed(bootstrap, group).get((topic, 0)) == 10
+                and committed(bootstrap, group).get((topic, 1)) == 10
+            ),
+            30,
+            "offsets committed",
+        )
+        out = cli(
+            "group",
+            "reset-offset",
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--force",
+            "--json",
+            "--timeout",
+            "30",
+            "-b",
+            bootstrap,
+        )
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        assert data["mode"] == "members" and data["not_applied"] == [], data
+        assert {r["partition"]: (r["old"], r["new"]) for r in data["partitions"]} == {
+            0: (10, 0),
+            1: (10, 0),
+        }
+        assert {r["by_client_id"] for r in data["partitions"]} == {"pusher"}
+        wait_until(lambda: len(seen) >= 40, 60, "the second delivery after the reset")
+        consumer.check_alive()
+    assert sorted(seen) == sorted(bodies * 2)
+    assert committed(bootstrap, group)[(topic, 0)] == 10
+
+
 def test_forced_reset_fails_clearly_when_a_member_does_not_acknowledge(
     bootstrap: str, kafka_topic_factory: TopicFactory, kafka_group_id: str
 ) -> None:

@@ -99,6 +99,14 @@ def test_consumer_service_and_producer_metrics_count_what_flowed(
                      topic=topic) >= 1  # fmt: skip
         lag = [v for (n, labels), v in found.items() if n == "rmq_consumer_lag_messages"]
         assert all(v >= 0 for v in lag)
+
+        def caught_up() -> bool:
+            # everything is settled: no lag, also on the retry topic, whose end offset
+            # counts the ScheduleService's last transaction marker
+            lags = [v for (n, _), v in scrape(url).items() if n == "rmq_consumer_lag_messages"]
+            return bool(lags) and all(v == 0 for v in lags)
+
+        wait_until(caught_up, 30, "zero lag once everything is settled")
         svc = scrape(service.metrics_endpoint)
         assert value(svc, "rmq_schedule_forwarded_total", group=service_group, level="3") == 2
         assert value(svc, "rmq_schedule_lateness_seconds_count", group=service_group,

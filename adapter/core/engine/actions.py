@@ -107,3 +107,18 @@ class StoreOffsets:
 
 
 Action = SendBack | RunWork | Pause | Resume | Dropped | TimedOut | StoreOffsets
+
+
+def pause_change(tp: tuple[str, int], part: Any, reason: str | None) -> Pause | Resume | None:
+    """Flow control's verdict on a partition: ``Pause`` when it must stop fetching now (its
+    ``paused`` flag is set), ``Resume`` when it may fetch again, ``None`` when nothing
+    changes.  ``part`` is any engine's partition state with a ``paused`` flag."""
+    if reason is not None:
+        if part.paused:
+            return None
+        part.paused = True
+        return Pause(tp, reason)
+    if part.paused:
+        part.paused = False
+        return Resume(tp)
+    return None

@@ -41,13 +41,12 @@ from adapter.core.engine.actions import (
     Action,
     Dropped,
     EngineOptions,
-    Pause,
-    Resume,
     RunWork,
     SendBack,
     StoreOffsets,
     TimedOut,
     TraceInfo,
+    pause_change,
 )
 from adapter.core.engine.tracking import TP, PartitionState, Work
 from adapter.core.listener import Outcome, timed_out
@@ -358,23 +357,11 @@ class ConcurrentEngine:
                     offsets.append((tp, offset))
             if not part.count and not part.paused:
                 continue  # nothing in flight: nothing to pause
-            span = part.span
-            if part.count > flow.max_count:
-                reason: str | None = f"{part.count} messages in flight > {flow.max_count}"
-            elif part.nbytes > flow.max_bytes:
-                reason = f"{part.nbytes} bytes in flight > {flow.max_bytes}"
-            elif span > flow.max_span:
-                reason = f"in-flight offset span {span} > {flow.max_span}"
-            else:
-                reason = None
-            if reason is not None and not part.paused:
-                part.paused = True
+            reason = flow.reason(part.count, part.nbytes, part.span)
+            change = pause_change(tp, part, reason)
+            if change is not None:
                 actions = actions if actions is not _NO_ACTIONS else []
-                actions.append(Pause(tp, reason))
-            elif reason is None and part.paused:
-                part.paused = False
-                actions = actions if actions is not _NO_ACTIONS else []
-                actions.append(Resume(tp))
+                actions.append(change)
         if store:
             self._dirty.clear()
         if offsets:

@@ -1,0 +1,756 @@
+"""``SimpleConsumer``: RocketMQ 5's pull-style consumer on a Kafka consumer group.
+
+The application asks for messages (``receive``), each received message is invisible to
+every other receiver of the group until its deadline, and it is acknowledged (``ack``) or
+given more time (``change_invisible_duration``).  A message not acknowledged in time is
+delivered again, to this or another member, with ``delivery_attempt + 1``; after
+``max_delivery_attempts`` it goes to ``%DLQ%<group>``.  Names follow Apache RocketMQ's own
+Python client (``rocketmq.SimpleConsumer``).
+
+The rules live in the pure engine (:mod:`adapter.core.engine.pull`); the Kafka side is the
+shared group member (:mod:`adapter.clients.consuming`) on the shared loop
+(:mod:`adapter.io.loop`).  The application's threads call the engine under a lock that is
+held only for the engine call; a ``receive`` that finds nothing waits (up to
+``await_duration``) until the loop has fetched something and hands it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import deque
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
+
+from adapter.clients.consuming import ConsumeSettings, GroupConsumer
+from adapter.clients.push_consumer import timestamp_ms
+from adapter.constants import (
+    DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
+    DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
+    DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    SYSTEM_HEADERS,
+)
+from adapter.core import naming
+from adapter.core.clock import Clock
+from adapter.core.delay import DelayLevels
+from adapter.core.engine import Action, SendBack, Work
+from adapter.core.engine.pull import (
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MAX_UNACKED,
+    MAX_INVISIBLE_S,
+    MIN_RECEIVE_INVISIBLE_S,
+    PullEngine,
+    PullOptions,
+    ReceiptHandle,
+    receive_count,
+    seconds_of,
+)
+from adapter.core.filter import TagFilter
+from adapter.core.hops import GroupTopics
+from adapter.core.message import MessageExt
+from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_where_of
+from adapter.core.publishing import Refusal
+from adapter.core.stats import TopicStats
+from adapter.errors import (
+    ClientClosedError,
+    ConfigError,
+    InvalidInputError,
+    UnackedLimitError,
+)
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import build_options, check_int, check_kafka_config, check_seconds
+from adapter.io.errors import FatalErrorWatch
+from adapter.io.loop import ClientLoop, ErrorCallback
+from adapter.io.topics import ensure_topics, plan_topics
+
+log = logging.getLogger("adapter.simple_consumer")
+
+__all__ = [
+    "FilterExpression",
+    "MessageView",
+    "PullFuture",
+    "SimpleConsumer",
+    "SimpleConsumerOptions",
+]
+
+T = TypeVar("T")
+TP = tuple[str, int]
+#: RocketMQ's Python client waits this long (seconds) for the first message of a receive.
+DEFAULT_AWAIT_DURATION_S = 20.0
+#: Longest ``await_duration`` accepted.
+MAX_AWAIT_DURATION_S = 3600.0
+#: Records the loop takes per fetch (they wait in the buffer for ``receive``).
+_FETCH_SIZE = 128
+#: The loop stops fetching while this many fetched messages wait to be received.
+_SOFT_BACKLOG = 2048
+#: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
+_DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
+#: What a user property is not: RocketMQ's system properties and the adapter's own headers.
+_NOT_USER = SYSTEM_HEADERS | {PROPERTY_TAGS, PROPERTY_KEYS}
+
+
+class PullFuture(concurrent.futures.Future[T], Generic[T]):
+    """The result of an ``*_async`` call: a ``concurrent.futures.Future`` (``result()``,
+    callbacks; what RocketMQ's Python client returns) that asyncio code can ``await``."""
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return asyncio.wrap_future(self).__await__()
+
+
+def _settled(value: T | None = None, error: BaseException | None = None) -> PullFuture[T]:
+    fut: PullFuture[T] = PullFuture()
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(value)  # type: ignore[arg-type]
+    return fut
+
+
+@dataclass(frozen=True, slots=True)
+class FilterExpression:
+    """A subscription's filter (RocketMQ's ``FilterExpression``): a tag expression
+    (``*``, ``TagA || TagB``).  ``SQL92`` is refused: Kafka has no broker-side filter."""
+
+    expression: str = "*"
+    filter_type: str = "TAG"
+
+
+class SimpleConsumerOptions(TypedDict, total=False):
+    """Keyword options of :class:`SimpleConsumer` (times in seconds)."""
+
+    await_duration: float | timedelta
+    max_delivery_attempts: int
+    max_unacked_messages: int
+    pull_threshold_for_queue: int
+    pull_threshold_size_for_queue: int
+    consume_concurrently_max_span: int
+    auto_create_topics: bool
+    partitions: int
+    consume_from_where: ConsumeFromWhere | str | None
+    consume_timestamp: int | str | datetime | None
+    shutdown_await: float
+    clock: Clock
+    on_error: ErrorCallback | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleOptions:
+    """The validated options (see :class:`SimpleConsumerOptions`)."""
+
+    #: how long ``receive`` waits for the first message (RocketMQ: ``awaitDuration``)
+    await_duration: float | timedelta = DEFAULT_AWAIT_DURATION_S
+    #: deliveries before the DLQ (RocketMQ: the group's retry policy, 16 retries + 1)
+    max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
+    #: received messages neither acknowledged nor expired that this consumer may hold
+    max_unacked_messages: int = DEFAULT_MAX_UNACKED
+    #: per partition, messages in flight (buffered or received) before fetching pauses
+    pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE
+    pull_threshold_size_for_queue: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
+    consume_concurrently_max_span: int = DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN
+    auto_create_topics: bool = True
+    partitions: int = 3
+    consume_from_where: ConsumeFromWhere | str | None = None
+    consume_timestamp: int | str | datetime | None = None
+    #: on shutdown, how long copies of expired messages may take to be acknowledged
+    shutdown_await: float = 10.0
+    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
+    on_error: ErrorCallback | None = None
+
+    def __post_init__(self) -> None:
+        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
+        check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
+        check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
+        if self.max_unacked_messages > 1_000_000:
+            raise ConfigError(
+                "max_unacked_messages", self.max_unacked_messages, "must be <= 1000000"
+            )
+        check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
+        check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
+        check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
+        check_int("partitions", self.partitions, minimum=1)
+        check_seconds("shutdown_await", self.shutdown_await)
+        if self.consume_from_where is not None:
+            object.__setattr__(
+                self, "consume_from_where", consume_from_where_of(self.consume_from_where, None)
+            )
+        if self.consume_timestamp is not None:
+            timestamp_ms(self.consume_timestamp)
+        if self.on_error is not None and not callable(self.on_error):
+            raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+
+    @property
+    def await_s(self) -> float:
+        return seconds_of("await_duration", self.await_duration, minimum=0)
+
+
+class MessageView:
+    """A received message (RocketMQ's ``MessageView``) and its receipt handle.
+
+    ``topic`` is the topic the message was sent to (also when it comes back through the
+    retry topic); ``delivery_attempt`` is 1 on the first delivery; ``born_timestamp`` is
+    epoch milliseconds; ``properties`` are the user properties.  Everything else the
+    adapter knows is on ``message`` (a :class:`~adapter.core.message.MessageExt`: Kafka
+    topic, partition and offset, all headers, ...).
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: ReceiptHandle) -> None:
+        self._handle = handle
+
+    @property
+    def message(self) -> MessageExt:
+        msg: MessageExt = self._handle.msg
+        return msg
+
+    @property
+    def message_id(self) -> str:
+        return self.message.msg_id
+
+    @property
+    def topic(self) -> str:
+        return self.message.topic
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def tag(self) -> str | None:
+        return self.message.tags
+
+    @property
+    def keys(self) -> set[str]:
+        keys = self.message.keys
+        return set(keys.split()) if keys else set()
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in self.message.properties.items()
+            if k not in _NOT_USER and not k.startswith("RMQ_")
+        }
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self.message.reconsume_times + 1
+
+    @property
+    def born_timestamp(self) -> int | None:
+        return self.message.born_timestamp
+
+    @property
+    def message_group(self) -> None:
+        """Always ``None``: FIFO message groups are not part of this consumer."""
+        return None
+
+    @property
+    def receipt_handle(self) -> str:
+        """The current receipt handle (opaque text; ``change_invisible_duration`` replaces
+        it)."""
+        return str(self._handle)
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageView(message_id={self.message_id!r}, topic={self.topic!r}, "
+            f"delivery_attempt={self.delivery_attempt}, receipt_handle={self.receipt_handle!r})"
+        )
+
+
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    """A receive waiting for messages (served on the loop thread)."""
+
+    n: int
+    invisible_s: float
+    deadline: float
+    future: PullFuture[list[MessageView]]
+
+
+class _LockedEngine:
+    """The pull engine behind the consumer's lock (the loop thread's calls)."""
+
+    def __init__(self, engine: PullEngine, lock: threading.Lock) -> None:
+        self.engine = engine
+        self._lock = lock
+
+    def assigned(self, tp: TP) -> None:
+        with self._lock:
+            self.engine.assigned(tp)
+
+    def revoked(self, tp: TP) -> None:
+        with self._lock:
+            self.engine.revoked(tp)
+
+    def owns(self, tp: TP) -> bool:
+        with self._lock:
+            return self.engine.owns(tp)
+
+    def running(self, tps: Sequence[TP] | set[TP] | None = None) -> bool:
+        return False
+
+    def fetched(
+        self, tp: TP, msgs: list[Any], end: int, nbytes: int = 0, *, pooled: bool = False
+    ) -> Work | None:
+        with self._lock:
+            return self.engine.fetched(tp, msgs, end, nbytes, pooled=pooled)
+
+    def published(self, action: SendBack) -> None:
+        with self._lock:
+            self.engine.published(action)
+
+    def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
+        with self._lock:
+            return self.engine.publish_failed(action, refusal, now)
+
+    def tick(self, now: float) -> list[Action]:
+        with self._lock:
+            return self.engine.tick(now)
+
+    def committable(self, tp: TP) -> int | None:
+        with self._lock:
+            return self.engine.committable(tp)
+
+    def in_flight(self, tp: TP) -> int:
+        with self._lock:
+            return self.engine.in_flight(tp)
+
+    def paused(self) -> list[TP]:
+        with self._lock:
+            return self.engine.paused()
+
+    def local_retries(self) -> int:
+        # messages visible again wait for ``receive``: nothing is due, the loop need not
+        # poll faster for them
+        return 0
+
+
+class _PullRunner:
+    """Hands fetched work to ``receive``: wakes waiting receives, serves their deadlines."""
+
+    def __init__(self, consumer: SimpleConsumer) -> None:
+        self._consumer = consumer
+        self._taken = threading.Event()
+
+    @property
+    def inline(self) -> bool:
+        return False
+
+    def run(self, work: Work) -> None:
+        del work
+        self._consumer._serve_waiting()
+
+    def poll(self) -> None:
+        self._consumer._loop_upkeep()
+
+    def backlog(self) -> int:
+        return self._consumer._engine.available
+
+    def wait(self, timeout: float) -> None:
+        if self._taken.wait(timeout):
+            self._taken.clear()
+
+    def taken(self) -> None:
+        self._taken.set()
+
+    def close(self) -> None:
+        self._consumer._fail_waiting(ClientClosedError(f"{self._consumer.name} was shut down"))
+
+
+class SimpleConsumer:
+    """RocketMQ 5 ``SimpleConsumer`` semantics over a confluent-kafka config dict.
+
+    ``consumer_group`` (or ``config["group.id"]``) names the group; ``subscription`` maps
+    topics to filter expressions (or subscribe later).  ``startup()`` (or ``start()``, or
+    the ``with`` block) joins the group; ``shutdown()`` leaves it.  Thread-safe: any number
+    of threads may receive and acknowledge.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        consumer_group: str | None = None,
+        subscription: Mapping[str, str | FilterExpression | None] | None = None,
+        **options: Unpack[SimpleConsumerOptions],
+    ) -> None:
+        self.options = build_options(SimpleOptions, options, "SimpleConsumer")
+        conf = check_kafka_config(config, "consumer")
+        if consumer_group is not None:
+            naming.check_group(consumer_group, "consumer_group")
+            given = conf.get("group.id")
+            if given is not None and given != consumer_group:
+                raise ConfigError(
+                    "group.id", given, f"differs from consumer_group={consumer_group!r}"
+                )
+            conf["group.id"] = consumer_group
+        group = conf.get("group.id")
+        if not isinstance(group, str) or not group:
+            raise ConfigError("group.id", group, "a consumer group is required")
+        self._config = conf
+        self.consumer_group = group
+        self.name = f"simple consumer {group}"
+        self.retry_topic = naming.retry_topic(group)
+        self.dlq_topic = naming.dlq_topic(group)
+        self._await_s = self.options.await_s
+        self._clock = self.options.clock
+        self._subscriptions: dict[str, TagFilter] = {}
+        self._lock = threading.Lock()
+        self._engine = PullEngine(
+            PullOptions(
+                max_delivery_attempts=self.options.max_delivery_attempts,
+                flow=FlowLimits(
+                    max_count=self.options.pull_threshold_for_queue,
+                    max_bytes=self.options.pull_threshold_size_for_queue * 1024 * 1024,
+                    max_span=self.options.consume_concurrently_max_span,
+                ),
+            )
+        )
+        self._waiting: deque[_Waiting] = deque()
+        self._runner = _PullRunner(self)
+        self._errors = FatalErrorWatch(conf.get("error_cb"))
+        self._member: GroupConsumer | None = None
+        self._loop: ClientLoop | None = None
+        self._resubscribe = False
+        for topic, expression in (subscription or {}).items():
+            self.subscribe(topic, expression)
+
+    # -- subscriptions ---------------------------------------------------------------------
+    def subscribe(self, topic: str, filter_expression: str | FilterExpression | None = "*") -> None:
+        """Subscribe to a topic with a tag expression (``*``, ``TagA || TagB`` or a
+        :class:`FilterExpression`), before or after ``startup()``."""
+        naming.check_user_topic(topic)
+        self._subscriptions[topic] = _tag_filter(filter_expression)
+        self._changed()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop reading ``topic`` (its received messages' handles become invalid)."""
+        if self._subscriptions.pop(topic, None) is not None:
+            self._changed()
+
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        return {t: f.expression for t, f in self._subscriptions.items()}
+
+    def _changed(self) -> None:
+        if self._loop is not None:
+            self._resubscribe = True  # applied on the loop thread
+
+    def _filters(self) -> dict[str, TagFilter]:
+        filters = {naming.to_kafka(t): f for t, f in self._subscriptions.items()}
+        filters[naming.to_kafka(self.retry_topic)] = TagFilter.parse("*")
+        return filters
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def startup(self) -> SimpleConsumer:
+        """Create the clients and join the group (RocketMQ's name for :meth:`start`)."""
+        return self.start()
+
+    def start(self) -> SimpleConsumer:
+        """Create the clients and join the group on a background thread (idempotent)."""
+        if self._loop is not None:
+            self._loop.start()
+            return self
+        opts = self.options
+        if opts.auto_create_topics:
+            ensure_topics(
+                self._config,
+                plan_topics(
+                    groups=[self.consumer_group],
+                    partitions=opts.partitions,
+                    include_schedule=False,
+                ),
+            )
+        member = GroupConsumer(
+            name=self.name,
+            config=self._config,
+            group=self.consumer_group,
+            engine=_LockedEngine(self._engine, self._lock),
+            topics=GroupTopics(self.consumer_group, DelayLevels.DEFAULT),
+            filters=self._filters(),
+            settings=self._settings(),
+            errors=self._errors,
+            clock=self._clock,
+        )
+        loop = ClientLoop(
+            f"rmq-simple-{self.consumer_group}",
+            member,
+            shutdown_timeout=opts.shutdown_await,
+            errors=self._errors,
+            on_error=opts.on_error,
+        )
+        member.bind(self._runner, guard=loop.guard, running=lambda: loop.running)
+        self._member, self._loop = member, loop
+        loop.start()
+        return self
+
+    def _settings(self) -> ConsumeSettings:
+        opts = self.options
+        where = consume_from_where_of(
+            opts.consume_from_where, self._config.get("auto.offset.reset")
+        )
+        if opts.consume_timestamp is not None:
+            ts = timestamp_ms(opts.consume_timestamp)
+        else:
+            ts = self._clock.now_ms() - _DEFAULT_TIMESTAMP_BACK_MS
+        return ConsumeSettings(
+            clustering=True,
+            consume_from_where=where,
+            consume_timestamp_ms=ts,
+            fetch_size=_FETCH_SIZE,
+            pull_batch_size=_FETCH_SIZE,
+            soft_backlog=_SOFT_BACKLOG,
+            shutdown_await=opts.shutdown_await,
+        )
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Leave the group: copies of expired messages are flushed, settled offsets
+        committed.  Received messages not acknowledged are delivered again (their offsets
+        are not committed); their handles become invalid."""
+        loop = self._loop
+        if loop is None:
+            return
+        loop.shutdown(timeout)
+
+    close = shutdown
+
+    def check_alive(self) -> None:
+        """Raise what stopped the consumer; :class:`ClientClosedError` when not running."""
+        if self._loop is None:
+            raise ClientClosedError(f"{self.name} is not started")
+        self._loop.check_alive()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- receiving -------------------------------------------------------------------------
+    @property
+    def await_duration(self) -> float:
+        """Seconds ``receive`` waits for the first message."""
+        return self._await_s
+
+    @await_duration.setter
+    def await_duration(self, value: float | timedelta) -> None:
+        self._await_s = seconds_of("await_duration", value, minimum=0, maximum=MAX_AWAIT_DURATION_S)
+
+    def receive(
+        self, max_message_num: int, invisible_duration: float | timedelta
+    ) -> list[MessageView]:
+        """Up to ``max_message_num`` (at most 32) messages, each invisible to every other
+        receiver for ``invisible_duration`` (seconds or a ``timedelta``, 1 s to 12 h) and
+        to be acknowledged within it.  Waits up to ``await_duration`` for the first
+        message; an empty list when none came."""
+        fut = self._receive(max_message_num, invisible_duration)
+        return fut.result(timeout=self._await_s + 60)
+
+    def receive_async(
+        self, max_message_num: int, invisible_duration: float | timedelta
+    ) -> PullFuture[list[MessageView]]:
+        """:meth:`receive` without blocking: a future of the messages (awaitable)."""
+        try:
+            return self._receive(max_message_num, invisible_duration)
+        except Exception as exc:
+            return _settled(error=exc)
+
+    def _receive(
+        self, max_message_num: int, invisible_duration: float | timedelta
+    ) -> PullFuture[list[MessageView]]:
+        n = receive_count(max_message_num)
+        invisible_s = seconds_of(
+            "invisible_duration",
+            invisible_duration,
+            minimum=MIN_RECEIVE_INVISIBLE_S,
+            maximum=MAX_INVISIBLE_S,
+        )
+        self._require_running()
+        if not self._subscriptions:
+            raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
+        engine = self._engine
+        limit = self.options.max_unacked_messages
+        now = self._clock.monotonic()
+        with self._lock:
+            room = limit - engine.unacked
+            if room <= 0:
+                raise UnackedLimitError(limit, engine.unacked)
+            handles = engine.receive(min(n, room), invisible_s, now)
+            if not handles and self._await_s > 0:
+                fut: PullFuture[list[MessageView]] = PullFuture()
+                self._waiting.append(_Waiting(n, invisible_s, now + self._await_s, fut))
+                return fut
+        if handles:
+            self._runner.taken()
+        return _settled([MessageView(h) for h in handles])
+
+    def _serve_waiting(self) -> None:
+        """On the loop thread: hand what is available to waiting receives, in order."""
+        if not self._waiting:
+            return
+        engine = self._engine
+        limit = self.options.max_unacked_messages
+        served: list[tuple[PullFuture[list[MessageView]], list[ReceiptHandle]]] = []
+        with self._lock:
+            now = self._clock.monotonic()
+            waiting = self._waiting
+            while waiting and engine.available and engine.unacked < limit:
+                w = waiting.popleft()
+                if not w.future.set_running_or_notify_cancel():
+                    continue  # cancelled (an asyncio timeout): it takes nothing
+                room = limit - engine.unacked
+                served.append((w.future, engine.receive(min(w.n, room), w.invisible_s, now)))
+        for fut, handles in served:
+            fut.set_result([MessageView(h) for h in handles])
+        if served:
+            self._runner.taken()
+
+    def _loop_upkeep(self) -> None:
+        """On the loop thread, every iteration: subscription changes, waiting receives
+        (messages that became visible again, deadlines)."""
+        if self._resubscribe and self._member is not None:
+            self._resubscribe = False
+            self._member.resubscribe(self._filters())
+        if not self._waiting:
+            return
+        self._serve_waiting()
+        now = self._clock.monotonic()
+        expired: list[_Waiting] = []
+        with self._lock:
+            if self._waiting and self._waiting[0].deadline <= now:
+                keep: deque[_Waiting] = deque()
+                for w in self._waiting:
+                    (expired if w.deadline <= now else keep).append(w)
+                self._waiting = keep
+        for w in expired:
+            if w.future.set_running_or_notify_cancel():
+                w.future.set_result([])
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        with self._lock:
+            waiting, self._waiting = self._waiting, deque()
+        for w in waiting:
+            if w.future.set_running_or_notify_cancel():
+                w.future.set_exception(error)
+
+    # -- acknowledging ---------------------------------------------------------------------
+    def ack(self, message: MessageView) -> None:
+        """Acknowledge ``message``: it is consumed and its offset may be committed.
+        Acknowledging it again is harmless; an expired, superseded or revoked handle, or
+        one of another consumer, raises
+        :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
+        handle = _handle_of(message)
+        self._require_running()
+        with self._lock:
+            self._engine.ack(handle, self._clock.monotonic())
+
+    def ack_async(self, message: MessageView) -> PullFuture[None]:
+        """:meth:`ack` as a (completed) awaitable future."""
+        try:
+            self.ack(message)
+        except Exception as exc:
+            return _settled(error=exc)
+        return _settled(None)
+
+    def change_invisible_duration(
+        self, message: MessageView, invisible_duration: float | timedelta
+    ) -> str:
+        """Make ``message`` invisible for ``invisible_duration`` from now (0 s to 12 h;
+        shorter or longer than before; 0 delivers it again at once, with its attempt
+        counted).  The message gets a new receipt handle, which is returned; the old one
+        is no longer valid."""
+        handle = _handle_of(message)
+        invisible_s = seconds_of(
+            "invisible_duration", invisible_duration, minimum=0, maximum=MAX_INVISIBLE_S
+        )
+        self._require_running()
+        with self._lock:
+            new = self._engine.change_invisible_duration(
+                handle, invisible_s, self._clock.monotonic()
+            )
+            message._handle = new
+        return str(new)
+
+    def change_invisible_duration_async(
+        self, message: MessageView, invisible_duration: float | timedelta
+    ) -> PullFuture[str]:
+        """:meth:`change_invisible_duration` as a (completed) awaitable future."""
+        try:
+            return _settled(self.change_invisible_duration(message, invisible_duration))
+        except Exception as exc:
+            return _settled(error=exc)
+
+    def _require_running(self) -> None:
+        loop = self._loop
+        if loop is None:
+            raise ClientClosedError(f"{self.name} is not started; call startup() first")
+        if not loop.running:
+            loop.check_alive()  # the loop's error, or ClientClosedError
+
+    # -- figures ---------------------------------------------------------------------------
+    @property
+    def assignment(self) -> set[TP]:
+        """The partitions this member owns now, as ``(Kafka topic, partition)``."""
+        return set(self._member.assignment) if self._member is not None else set()
+
+    def stats(self) -> dict[str, TopicStats]:
+        """Per logical topic: copies sent to the retry topic and dead letters."""
+        return self._member.stats.snapshot() if self._member is not None else {}
+
+    def running_info(self) -> dict[str, Any]:
+        """A snapshot for diagnostics: messages waiting to be received, received and not
+        acknowledged, and per partition the committable offset and what is in flight."""
+        member, loop = self._member, self._loop
+        if member is None or loop is None:
+            return {"group": self.consumer_group, "started": False}
+        engine = self._engine
+        with self._lock:
+            paused = set(engine.paused())
+            parts = {
+                f"{t}[{p}]": {
+                    "committable": engine.committable((t, p)),
+                    "in_flight": engine.in_flight((t, p)),
+                    "paused": (t, p) in paused,
+                }
+                for t, p in sorted(engine.partitions)
+            }
+            available, unacked, waiting = engine.available, engine.unacked, len(self._waiting)
+        return {
+            "group": self.consumer_group,
+            "started": True,
+            "running": loop.running,
+            "error": None if loop.error is None else repr(loop.error),
+            "available": available,
+            "unacked": unacked,
+            "waiting_receives": waiting,
+            "copies_in_flight": member.publisher.in_flight(),
+            "partitions": parts,
+        }
+
+
+def _handle_of(message: object) -> ReceiptHandle:
+    if not isinstance(message, MessageView):
+        raise InvalidInputError("message", message, "expected a MessageView from receive()")
+    return message._handle
+
+
+def _tag_filter(expression: str | FilterExpression | None) -> TagFilter:
+    if isinstance(expression, FilterExpression) or (
+        expression is not None and not isinstance(expression, str)
+    ):
+        kind = str(getattr(expression, "filter_type", "TAG")).upper()
+        if kind not in ("TAG", "1", "FILTERTYPE.TAG"):
+            raise InvalidInputError(
+                "filter_expression",
+                expression,
+                "only tag expressions are supported (Kafka has no broker-side SQL92 filter)",
+            )
+        text = getattr(expression, "expression", None)
+        return TagFilter.parse(text if text is None else str(text))
+    return TagFilter.parse(expression)

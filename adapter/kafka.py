@@ -1,0 +1,650 @@
+"""A drop-in for ``confluent_kafka.Consumer`` with RocketMQ's retry path behind it.
+
+Change the import and a poll loop keeps working; where it used to give up on a message it
+can hand it to the retry path instead::
+
+    from adapter.kafka import Consumer          # was: from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": ..., "group.id": "orders"})
+    c.subscribe(["orders"])
+    while True:
+        msg = c.poll(1.0)
+        if msg is None or msg.error():
+            continue
+        try:
+            handle(msg)
+        except Exception:
+            c.reconsume_later(msg)              # back in 10 s, then 30 s, 1 min, ... DLQ
+
+:class:`Consumer` *is* a ``confluent_kafka.Consumer`` (a subclass), created from the same
+config dict, running on the application's thread (no thread of its own).  What it adds:
+
+* the group's retry topic (``%RETRY%<group>``) is subscribed behind the application's
+  topics (read from its beginning when the group has no offset there), and its records are
+  returned as ``confluent_kafka.Message`` s whose ``topic()`` is the original topic;
+  ``headers()`` carry the RocketMQ properties (``RECONSUME_TIME``, ``RETRY_TOPIC``, ...);
+* ``reconsume_later(msg, delay_level=0)`` sends a copy along RocketMQ's delay ladder (0:
+  level ``3 + reconsume_times``; > 0: that level; < 0: straight to ``%DLQ%<group>``; the
+  DLQ too once ``max_reconsume_times`` is reached); a ScheduleService brings it back;
+* ``reconsume_times(msg)`` says how many times the message was handed back;
+* committing or storing an offset never goes past a message whose copy the broker has not
+  acknowledged yet: the offset stops at that message, and what was asked is applied once
+  the copy is acknowledged.  ``enable.auto.offset.store`` (default true) is kept by the
+  adapter itself: a message's offset is stored once the loop comes back for more (or the
+  consumer is closed, or the partition revoked), never past a message being handed back.
+
+A retried message's ``partition()`` and ``offset()`` are its position in the retry topic:
+commit it with ``commit(message=msg)`` / ``store_offsets(message=msg)`` (which map it
+there), not with a ``TopicPartition`` built from ``msg.topic()``.
+
+The hot path adds one clock reading per ``poll()``/``consume()`` call (upkeep runs only when
+due) and a topic comparison per record: no object is made for a record of the
+application's own topics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, Unpack
+
+import confluent_kafka
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+from adapter.constants import DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+from adapter.core import hops, naming
+from adapter.core.clock import Clock
+from adapter.core.codec import Failure
+from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
+from adapter.core.dropin import CopyHolds, RetryTimer
+from adapter.core.message import MessageExt
+from adapter.core.publishing import Escalation, escalate
+from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow, route_failed
+from adapter.errors import ConfigError, InvalidInputError
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import build_options, check_int, check_seconds
+from adapter.io.errors import error_text, refusal_of
+from adapter.io.publisher import Publisher
+from adapter.io.records import TopicNames
+from adapter.io.topics import ensure_topics, plan_topics
+
+log = logging.getLogger("adapter.kafka")
+
+__all__ = ["Consumer", "DropInOptions", "RetriedMessage"]
+
+TP = tuple[str, int]
+#: The emulated ``enable.auto.offset.store`` stores positions at most this often.
+STORE_INTERVAL_S = 0.05
+#: How long ``close()`` and a revoke wait for copies still on their way.
+FLUSH_TIMEOUT_S = 10.0
+_LOOKUP_TIMEOUT_S = 10.0
+
+_raw_poll = confluent_kafka.Consumer.poll
+_raw_consume = confluent_kafka.Consumer.consume
+_raw_store = confluent_kafka.Consumer.store_offsets
+_raw_commit = confluent_kafka.Consumer.commit
+_topic_of = confluent_kafka.Message.topic
+
+
+class RetriedMessage(confluent_kafka.Message):
+    """A record of the group's retry topic as the application sees it: ``topic()`` is the
+    original topic, ``partition()``/``offset()`` its place in the retry topic, the rest as
+    read.  ``record`` is the record itself (its ``topic()`` is the retry topic)."""
+
+    __slots__ = ("record",)
+
+    record: Any
+
+
+class DropInOptions(TypedDict, total=False):
+    """Keyword options of :class:`Consumer` (times in seconds)."""
+
+    max_reconsume_times: int
+    delay_levels: DelayLevels | str | None
+    namespace: str | None
+    auto_create_topics: bool
+    partitions: int
+    send_back_retry_interval: float
+    clock: Clock
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    max_reconsume_times: int = -1
+    delay_levels: DelayLevels | str | None = None
+    namespace: str | None = None
+    auto_create_topics: bool = True
+    partitions: int = 3
+    send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
+
+    def __post_init__(self) -> None:
+        resolve_max_reconsume_times(self.max_reconsume_times)
+        object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
+        check_int("partitions", self.partitions, minimum=1)
+        check_seconds("send_back_retry_interval", self.send_back_retry_interval)
+
+
+@dataclass(slots=True, eq=False)
+class _Copy:
+    """A copy on its way: the message, where it goes, and how it was last sent."""
+
+    tp: TP
+    offset: int
+    msg: MessageExt
+    dest: RetryLater | DeadLetter | RetryNow
+    failure: Failure
+    alone: bool = False
+    omit_body: bool = False
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+class Consumer(confluent_kafka.Consumer):
+    """``confluent_kafka.Consumer`` plus the retry path; see the module docstring."""
+
+    # slots: an attribute of a subclass of the C type read through its instance dict costs
+    # twice a slot's time, and poll() reads some on every call
+    __slots__ = (
+        "_assigned",
+        "_auto_store",
+        "_callback_assigned",
+        "_clock",
+        "_closed",
+        "_conf",
+        "_cooperative",
+        "_due",
+        "_group",
+        "_holds",
+        "_in_callback",
+        "_later",
+        "_max",
+        "_names",
+        "_next_store",
+        "_now",
+        "_opts",
+        "_positions",
+        "_provisioned",
+        "_publisher",
+        "_retry_kafka",
+        "_topics",
+        "_user_callbacks",
+    )
+
+    def __init__(self, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> None:
+        opts = build_options(_Options, options, "adapter.kafka.Consumer")
+        if not isinstance(conf, Mapping):
+            raise ConfigError("config", conf, "must be a dict of confluent-kafka settings")
+        group = conf.get("group.id")
+        if not isinstance(group, str) or not group:
+            raise ConfigError("group.id", group, "a consumer group is required")
+        naming.check_group(group)
+        raw = dict(conf)
+        # the adapter stores offsets itself, never past a message being handed back
+        self._auto_store = _truthy(raw.get("enable.auto.offset.store", True))
+        raw["enable.auto.offset.store"] = False
+        super().__init__(raw)
+        assert isinstance(opts.delay_levels, DelayLevels)
+        self._opts = opts
+        self._conf = dict(conf)
+        self._group = group
+        self._max = resolve_max_reconsume_times(opts.max_reconsume_times)
+        self._topics = hops.GroupTopics(group, opts.delay_levels, opts.namespace)
+        self._retry_kafka = self._topics.retry_kafka
+        self._names = TopicNames(group)
+        self._clock = opts.clock
+        # the system clock's reading without a Python frame (poll() reads it every call)
+        self._now: Callable[[], float] = (
+            time.monotonic if opts.clock is SYSTEM_CLOCK else opts.clock.monotonic
+        )
+        self._holds = CopyHolds()
+        self._later = RetryTimer()
+        self._publisher = Publisher(
+            conf,
+            what=f"consumer {group} send-back producer",
+            on_result=self._on_result,
+            defaults={"message.timeout.ms": 30_000, "linger.ms": 5},
+        )
+        self._assigned: dict[TP, TopicPartition] = {}
+        self._positions: list[TopicPartition] = []
+        self._next_store = 0.0
+        #: when poll()/consume() next have upkeep to do (storing positions, serving copies):
+        #: one comparison per call on the hot path; 0 while copies are on their way
+        self._due = 0.0
+        self._in_callback = False
+        self._callback_assigned = False
+        self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
+        self._cooperative = (
+            "cooperative" in str(raw.get("partition.assignment.strategy", ""))
+            or str(raw.get("group.protocol", "")).lower() == "consumer"
+        )
+        self._provisioned = False
+        self._closed = False
+
+    # -- the retry path --------------------------------------------------------------------
+    @property
+    def retry_topic(self) -> str:
+        """The group's retry topic (logical name; Kafka name: ``retry_kafka_topic``)."""
+        return self._topics.retry_topic
+
+    @property
+    def retry_kafka_topic(self) -> str:
+        return self._retry_kafka
+
+    def reconsume_times(self, msg: confluent_kafka.Message) -> int:
+        """How many times ``msg`` was handed back already (0 on its first delivery)."""
+        return self._view(msg).reconsume_times
+
+    def reconsume_later(self, msg: confluent_kafka.Message, delay_level: int = 0) -> None:
+        """Hand ``msg`` to the retry path: a copy goes to delay level ``delay_level`` (0:
+        ``3 + reconsume_times``; > 0: that level, clamped; < 0: the DLQ), or to the DLQ once
+        it was handed back ``max_reconsume_times`` times.  Until the broker acknowledges
+        the copy, no offset of its partition is committed or stored past it."""
+        if isinstance(delay_level, bool) or not isinstance(delay_level, int):
+            raise InvalidInputError("delay_level", delay_level, "must be an int")
+        view = self._view(msg)
+        dest = route_failed(
+            reconsume_times=view.reconsume_times,
+            max_reconsume_times=self._max,
+            delay_level_when_next_consume=delay_level,
+            levels=self._topics.levels,
+            message_max_reconsume_times=view.max_reconsume_times,
+        )
+        failure = Failure("RECONSUME_LATER", "reconsume_later() called")
+        tp = (view.kafka_topic, view.queue_id)
+        self._holds.hold(tp, view.queue_offset)
+        self._due = 0.0  # poll() serves the copy's verdict from now on
+        self._send(_Copy(tp, view.queue_offset, view, dest, failure))
+        self._publisher.poll(0)
+
+    def _view(self, msg: Any) -> MessageExt:
+        if isinstance(msg, RetriedMessage):
+            msg = msg.record
+        if not isinstance(msg, confluent_kafka.Message) or msg.error() is not None:
+            raise InvalidInputError("msg", msg, "expected a message returned by poll()/consume()")
+        return self._names.view(msg)
+
+    def _send(self, copy: _Copy) -> None:
+        record = hops.send_back(
+            copy.msg,
+            copy.dest,
+            self._topics,
+            now_ms=self._clock.now_ms(),
+            failure=copy.failure,
+            omit_body=copy.omit_body,
+        )
+        self._publisher.send(record, copy, alone=copy.alone)
+
+    def _on_result(self, copy: _Copy, err: Any, local: bool) -> None:
+        """The broker's verdict on a copy (on the application's thread)."""
+        if err is None:
+            if isinstance(copy.dest, DeadLetter):
+                log.warning(
+                    "consumer %s: message %s moved to %s (%s)",
+                    self._group,
+                    copy.msg.msg_id,
+                    self._topics.dlq_topic,
+                    copy.dest.reason.value,
+                )
+            deferred = self._holds.release(copy.tp, copy.offset)
+            if deferred is not None:
+                self._apply(copy.tp, *deferred)
+            return
+        step = escalate(
+            refusal_of(err),
+            alone=copy.alone or local,
+            dead_letter=isinstance(copy.dest, DeadLetter),
+            body_omitted=copy.omit_body,
+        )
+        text = error_text(err)
+        if step is Escalation.HOLD:
+            log.warning(
+                "consumer %s: copy of %s failed (%s); sent again in %ss, offset held",
+                self._group,
+                copy.msg.msg_id,
+                text,
+                self._opts.send_back_retry_interval,
+            )
+            self._later.later(self._clock.monotonic() + self._opts.send_back_retry_interval, copy)
+            return
+        if step is Escalation.SEND_ALONE:
+            copy.alone = True
+        elif step is Escalation.DEAD_LETTER:
+            log.error(
+                "consumer %s: the broker refuses the retry copy of %s (%s); sending it to %s",
+                self._group,
+                copy.msg.msg_id,
+                text,
+                self._topics.dlq_topic,
+            )
+            copy.dest = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, copy.msg.reconsume_times + 1)
+            copy.alone = False
+        else:
+            copy.omit_body, copy.alone = True, False
+        self._send(copy)
+
+    def _serve_copies(self) -> None:
+        """Delivery reports and copies due again (only while some are on their way)."""
+        self._publisher.poll(0)
+        if self._later:
+            for copy in self._later.due(self._clock.monotonic()):
+                if self._holds.holds(copy.tp, copy.offset):
+                    self._send(copy)
+
+    def _apply(self, tp: TP, offset: int, commit: bool) -> None:
+        """What the application asked for ``tp`` and was held back, now that it may go."""
+        offsets = [TopicPartition(tp[0], tp[1], offset)]
+        try:
+            if commit:
+                _raw_commit(self, offsets=offsets, asynchronous=True)
+            else:
+                _raw_store(self, offsets=offsets)
+        except KafkaException as exc:
+            log.debug("consumer %s: applying %s@%d failed: %s", self._group, tp, offset, exc)
+
+    # -- fetching --------------------------------------------------------------------------
+    def _upkeep(self) -> None:
+        """Before a poll()/consume() that is due for it: store positions (the emulated
+        ``enable.auto.offset.store``), serve copies on their way; then the next due time."""
+        now = self._now()
+        if self._auto_store and now >= self._next_store:
+            self._store_positions()
+        if self._holds:
+            self._serve_copies()
+        if self._holds or self._later:
+            self._due = 0.0
+        elif self._auto_store:
+            self._due = self._next_store
+        else:
+            self._due = float("inf")
+
+    def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
+        if self._now() >= self._due:
+            self._upkeep()
+        msg = _raw_poll(self) if timeout is None else _raw_poll(self, timeout)
+        if msg is not None and _topic_of(msg) == self._retry_kafka and msg.error() is None:
+            return self._retried(msg)
+        return msg
+
+    def consume(
+        self, num_messages: int = 1, timeout: float | None = None
+    ) -> list[confluent_kafka.Message]:
+        if self._now() >= self._due:
+            self._upkeep()
+        msgs: list[confluent_kafka.Message] = (
+            _raw_consume(self, num_messages)
+            if timeout is None
+            else _raw_consume(self, num_messages, timeout)
+        )
+        retry = self._retry_kafka
+        topic_of = _topic_of
+        for i, msg in enumerate(msgs):
+            if topic_of(msg) == retry and msg.error() is None:
+                msgs[i] = self._retried(msg)
+        return msgs
+
+    def _retried(self, record: confluent_kafka.Message) -> RetriedMessage:
+        view = self._names.view(record)
+        kwargs: dict[str, Any] = {
+            "topic": view.topic,
+            "partition": record.partition(),
+            "offset": record.offset(),
+            "key": record.key(),
+            "value": record.value(),
+            "headers": record.headers(),
+            "timestamp": record.timestamp(),
+        }
+        epoch = record.leader_epoch()
+        if epoch is not None:
+            kwargs["leader_epoch"] = epoch
+        out = RetriedMessage(**kwargs)
+        out.record = record
+        return out
+
+    # -- offsets ---------------------------------------------------------------------------
+    def _position_of(self, msg: Any) -> TopicPartition:
+        if isinstance(msg, RetriedMessage):
+            msg = msg.record
+        return TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)
+
+    def _clamped(self, offsets: Sequence[TopicPartition], *, commit: bool) -> list[Any]:
+        holds = self._holds
+        out = list(offsets)
+        if not holds:
+            return out
+        for i, tp in enumerate(out):
+            key = (tp.topic, tp.partition)
+            if holds.holds(key) and tp.offset >= 0:
+                offset = holds.clamp(key, tp.offset, commit=commit)
+                if offset != tp.offset:
+                    out[i] = TopicPartition(tp.topic, tp.partition, offset)
+        return out
+
+    def store_offsets(
+        self,
+        message: confluent_kafka.Message | None = None,
+        offsets: Sequence[TopicPartition] | None = None,
+    ) -> None:
+        """``confluent_kafka.Consumer.store_offsets``, never past a message being handed
+        back (a retried message maps to its place in the retry topic)."""
+        if message is not None and offsets is not None:
+            raise InvalidInputError("message", message, "give message or offsets, not both")
+        if message is not None:
+            if not self._holds and not isinstance(message, RetriedMessage):
+                _raw_store(self, message=message)
+                return
+            offsets = [self._position_of(message)]
+        if offsets is None:
+            raise InvalidInputError("offsets", None, "give message or offsets")
+        _raw_store(self, offsets=self._clamped(offsets, commit=False))
+
+    def commit(
+        self,
+        message: confluent_kafka.Message | None = None,
+        offsets: Sequence[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> Any:
+        """``confluent_kafka.Consumer.commit``, never past a message being handed back.
+        Without ``message`` or ``offsets`` it commits the stored offsets (which include
+        what the loop has handed out so far when ``enable.auto.offset.store`` is on)."""
+        if message is not None and offsets is not None:
+            raise InvalidInputError("message", message, "give message or offsets, not both")
+        if message is not None:
+            offsets = [self._position_of(message)]
+        if offsets is None:
+            if self._auto_store:
+                self._store_positions()
+            if asynchronous:
+                return _raw_commit(self, asynchronous=True)
+            return _raw_commit(self, asynchronous=False)
+        clamped = self._clamped(offsets, commit=True)
+        if asynchronous:
+            return _raw_commit(self, offsets=clamped, asynchronous=True)
+        return _raw_commit(self, offsets=clamped, asynchronous=False)
+
+    def _store_positions(self, parts: list[TopicPartition] | None = None) -> None:
+        """The emulated ``enable.auto.offset.store``: store where the loop has got to (the
+        offset after the last message handed out), clamped."""
+        self._next_store = self._now() + STORE_INTERVAL_S
+        parts = self._positions if parts is None else parts
+        if not parts:
+            return
+        try:
+            positions = self.position(parts)
+        except KafkaException as exc:
+            log.debug("consumer %s: positions: %s", self._group, exc)
+            return
+        moved = [p for p in positions if p.offset >= 0 and p.error is None]
+        if not moved:
+            return
+        try:
+            _raw_store(self, offsets=self._clamped(moved, commit=False))
+        except KafkaException as exc:
+            log.debug("consumer %s: storing positions failed: %s", self._group, exc)
+
+    # -- subscription and rebalance --------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: Callable[..., Any] | None = None,
+        on_revoke: Callable[..., Any] | None = None,
+        on_lost: Callable[..., Any] | None = None,
+    ) -> None:
+        """``confluent_kafka.Consumer.subscribe``; the group's retry topic is subscribed
+        too (and created, with the DLQ and the delay-level topics, unless
+        ``auto_create_topics=False``)."""
+        if isinstance(topics, str) or not all(isinstance(t, str) for t in topics):
+            raise InvalidInputError("topics", topics, "must be a list of topic names")
+        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost)):
+            if cb is not None and not callable(cb):
+                raise InvalidInputError(name, cb, "must be callable(consumer, partitions)")
+        if self._opts.auto_create_topics and not self._provisioned:
+            ensure_topics(
+                self._conf,
+                plan_topics(
+                    groups=[self._group],
+                    delay_levels=self._topics.levels,
+                    namespace=self._topics.namespace,
+                    partitions=self._opts.partitions,
+                ),
+            )
+            self._provisioned = True
+        self._user_callbacks = (on_assign, on_revoke, on_lost)
+        wanted = [t for t in topics if t != self._retry_kafka] + [self._retry_kafka]
+        super().subscribe(
+            wanted, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        del consumer
+        retry = [p for p in partitions if p.topic == self._retry_kafka]
+        if retry:
+            self._start_retry_partitions(retry)
+        user = self._user_callbacks[0]
+        self._callback_assigned = False
+        if user is not None:
+            self._in_callback = True
+            try:
+                user(self, partitions)
+            finally:
+                self._in_callback = False
+        if not self._callback_assigned:
+            if self._cooperative:
+                self.incremental_assign(partitions)
+            else:
+                self.assign(partitions)
+
+    def _start_retry_partitions(self, parts: list[TopicPartition]) -> None:
+        """The retry topic is read from its beginning where the group has no offset."""
+        try:
+            committed = self.committed(
+                [TopicPartition(p.topic, p.partition) for p in parts], timeout=_LOOKUP_TIMEOUT_S
+            )
+        except KafkaException as exc:
+            log.warning("consumer %s: committed offsets of the retry topic: %s", self._group, exc)
+            return
+        for p, c in zip(parts, committed, strict=True):
+            p.offset = c.offset if c.offset >= 0 else OFFSET_BEGINNING
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        del consumer
+        tps = [(p.topic, p.partition) for p in partitions]
+        if self._holds and any(self._holds.holds(tp) for tp in tps):
+            self._flush_copies(FLUSH_TIMEOUT_S)
+        if self._auto_store:
+            self._store_positions([TopicPartition(t, p) for t, p in tps])
+        self._release(partitions, tps, self._user_callbacks[1])
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        del consumer
+        on_lost, on_revoke = self._user_callbacks[2], self._user_callbacks[1]
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._release(partitions, tps, on_lost if on_lost is not None else on_revoke)
+
+    def _release(
+        self, partitions: list[TopicPartition], tps: list[TP], user: Callable[..., Any] | None
+    ) -> None:
+        self._callback_assigned = False
+        if user is not None:
+            self._in_callback = True
+            try:
+                user(self, partitions)
+            finally:
+                self._in_callback = False
+        if not self._callback_assigned:
+            if self._cooperative:
+                self.incremental_unassign(partitions)
+            else:
+                self.unassign()
+        for tp in tps:
+            self._holds.forget(tp)
+
+    def _flush_copies(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self._publisher.in_flight() and time.monotonic() < deadline:
+            self._publisher.poll(0.05)
+
+    # the assignment is tracked for the emulated offset store
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._callback_assigned = True
+        super().assign(partitions)
+        self._track(partitions, replace=True)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self._callback_assigned = True
+        super().incremental_assign(partitions)
+        self._track(partitions)
+
+    def unassign(self) -> None:
+        self._callback_assigned = True
+        super().unassign()
+        self._track([], replace=True)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._callback_assigned = True
+        super().incremental_unassign(partitions)
+        for p in partitions:
+            self._assigned.pop((p.topic, p.partition), None)
+        self._positions = list(self._assigned.values())
+
+    def _track(self, partitions: list[TopicPartition], *, replace: bool = False) -> None:
+        if replace:
+            self._assigned = {}
+        for p in partitions:
+            self._assigned[(p.topic, p.partition)] = TopicPartition(p.topic, p.partition)
+        self._positions = list(self._assigned.values())
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Store where the loop has got to, wait (bounded) for copies on their way, then
+        close like ``confluent_kafka.Consumer.close`` (which commits the stored offsets)."""
+        if self._closed:
+            super().close()
+            return
+        self._closed = True
+        try:
+            if self._auto_store:
+                self._store_positions()
+            if self._publisher.in_flight() or self._later:
+                self._flush_copies(FLUSH_TIMEOUT_S)
+                for copy in self._later.due(float("inf")):
+                    if self._holds.holds(copy.tp, copy.offset):
+                        self._send(copy)
+                self._flush_copies(FLUSH_TIMEOUT_S)
+        finally:
+            left = self._publisher.close(0)
+            if left:
+                log.warning("consumer %s: %d copies unacknowledged at close", self._group, left)
+            super().close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

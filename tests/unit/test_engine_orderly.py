@@ -1,0 +1,629 @@
+"""The orderly consume engine, driven event by event without a broker or a clock.
+
+Each test reads like the rule it checks (RocketMQ's ``MessageListenerOrderly`` on a Kafka
+partition, and per key with ``ordering=KEY``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.core.engine import (
+    Dropped,
+    EngineOptions,
+    Pause,
+    Resume,
+    RunWork,
+    SendBack,
+    StoreOffsets,
+    Work,
+)
+from adapter.core.engine.orderly import (
+    ORDERLY_UNLIMITED,
+    BatchVerdict,
+    Ordering,
+    OrderlyEngine,
+    OrderlyOptions,
+    judge_orderly,
+    orderly_max_reconsume_times,
+    suspend_ms_of,
+)
+from adapter.core.listener import ConsumeOrderlyStatus
+from adapter.core.offsets import FlowLimits
+from adapter.core.publishing import Refusal
+from adapter.core.routing import DeadLetter, DeadLetterReason
+from adapter.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+SUCCESS = ConsumeOrderlyStatus.SUCCESS
+SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+TP = ("orders", 0)
+
+
+@dataclass(frozen=True)
+class Msg:
+    """What the engine needs of a message."""
+
+    queue_offset: int
+    sharding_key: bytes | None = None
+    reconsume_times: int = 0
+    max_reconsume_times: int | None = None
+    body: bytes = b"x" * 10
+
+    def redelivered(self) -> Msg:
+        return replace(self, reconsume_times=self.reconsume_times + 1)
+
+
+def engine(
+    *, ordering: Ordering = Ordering.PARTITION, suspend_ms: int = 1000, keys: int = 100, **kw: Any
+) -> OrderlyEngine:
+    opts: dict[str, Any] = {
+        "batch_size": 2,
+        "max_reconsume_times": ORDERLY_UNLIMITED,
+        "consume_timeout_s": 60.0,
+        "store_interval_s": 0.0,
+    }
+    opts.update(kw)
+    eng = OrderlyEngine(
+        EngineOptions(**opts),
+        OrderlyOptions(suspend_ms=suspend_ms, ordering=ordering, max_suspended_keys=keys),
+    )
+    eng.assigned(TP)
+    return eng
+
+
+def msgs(first: int, n: int, **kw: Any) -> list[Msg]:
+    return [Msg(o, **kw) for o in range(first, first + n)]
+
+
+def keyed(*pairs: tuple[int, str]) -> list[Msg]:
+    return [Msg(o, k.encode()) for o, k in pairs]
+
+
+def stored(actions: list[Any]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for a in actions:
+        if isinstance(a, StoreOffsets):
+            out.update(dict(a.offsets))
+    return out
+
+
+def of(kind: type, actions: list[Any]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def offsets(work: Work) -> list[int]:
+    return [m.queue_offset for m in work.msgs]
+
+
+def run_of(actions: list[Any]) -> Work:
+    [run] = of(RunWork, actions)
+    return run.work  # type: ignore[no-any-return]
+
+
+def suspend(ms: object = -1, rt: float = 0.01) -> BatchVerdict:
+    return BatchVerdict(SUSPEND, ms, rt)
+
+
+class TestSuccess:
+    def test_a_fetch_runs_at_once_and_the_offset_reaches_its_end(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(100, 5), end=105)
+        assert work is not None and offsets(work) == [100, 101, 102, 103, 104]
+        assert [len(b) for b in work.batches] == [2, 2, 1]  # batch_size 2, in order
+        assert eng.running()
+        assert eng.completed(work, 3, None, now=0.0) == []
+        assert stored(eng.tick(0.0)) == {TP: 105}
+        assert eng.in_flight(TP) == 0 and not eng.running()
+
+    def test_one_run_per_partition_the_next_fetch_waits_for_it(self) -> None:
+        eng = engine()
+        first = eng.fetched(TP, msgs(0, 2), end=2)
+        assert first is not None
+        assert eng.fetched(TP, msgs(2, 3), end=5) is None  # waits its turn
+        assert eng.fetched(TP, msgs(5, 1), end=6) is None
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [2, 3, 4, 5]  # everything that waited, in order
+        assert stored(eng.tick(0.0)) == {TP: 2}
+        assert eng.completed(nxt, 2, None, 0.0) == []
+        assert stored(eng.tick(0.0)) == {TP: 6}
+
+    def test_filtered_messages_settle_like_a_broker_side_filter(self) -> None:
+        eng = engine()
+        assert eng.fetched(TP, [], end=50) is None
+        assert stored(eng.tick(0.0)) == {TP: 50}
+
+    def test_other_partitions_are_independent(self) -> None:
+        eng = engine()
+        other = ("orders", 1)
+        eng.assigned(other)
+        a = eng.fetched(TP, msgs(0, 1), end=1)
+        b = eng.fetched(other, msgs(0, 1), end=1)
+        assert a is not None and b is not None  # both run at once
+        assert eng.running([TP]) and eng.running([other])
+
+    def test_a_run_is_capped_and_the_rest_follows(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=3, store_interval_s=0.0), OrderlyOptions(work_max=7)
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, msgs(0, 1), end=1)
+        assert first is not None
+        eng.fetched(TP, msgs(1, 10), end=11)
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [1, 2, 3, 4, 5, 6]  # whole batches: 7 // 3 * 3
+        assert offsets(run_of(eng.completed(nxt, 2, None, 0.0))) == [7, 8, 9, 10]
+
+
+class TestSuspend:
+    def test_the_same_messages_come_back_after_the_suspend_time_holding_the_partition(
+        self,
+    ) -> None:
+        eng = engine(suspend_ms=1000)
+        work = eng.fetched(TP, msgs(10, 4), end=14)
+        assert work is not None
+        # batch 0 (10, 11) succeeded, batch 1 (12, 13) suspended at t=5
+        assert eng.completed(work, 1, suspend(), now=5.0) == []
+        assert eng.fetched(TP, msgs(14, 2), end=16) is None  # nothing later is delivered
+        assert stored(eng.tick(5.0)) == {TP: 12}
+        assert of(RunWork, eng.tick(5.999)) == []
+        retry = run_of(eng.tick(6.0))
+        assert offsets(retry) == [12, 13]
+        assert [m.reconsume_times for m in retry.msgs] == [1, 1]
+        assert len(retry.batches) == 1  # the same batch, alone
+        nxt = run_of(eng.completed(retry, 1, None, 6.1))
+        assert offsets(nxt) == [14, 15]
+        assert [m.reconsume_times for m in nxt.msgs] == [0, 0]
+        eng.completed(nxt, 1, None, 6.2)
+        assert stored(eng.tick(6.2)) == {TP: 16}
+
+    def test_unrun_batches_after_the_failed_one_follow_the_retry(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 6), end=6)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)  # batch 0 failed; 2..5 never ran
+        retry = run_of(eng.tick(1.0))
+        assert offsets(retry) == [0, 1]
+        assert offsets(run_of(eng.completed(retry, 1, None, 1.0))) == [2, 3, 4, 5]
+
+    def test_it_is_suspended_again_with_one_more_reconsume_time_each_time(self) -> None:
+        eng = engine(suspend_ms=100)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        now = 0.0
+        for times in range(1, 6):
+            eng.completed(work, 0, suspend(), now)
+            now += 0.1
+            work = run_of(eng.tick(now))
+            assert work.msgs[0].reconsume_times == times
+        assert eng.local_retries() == 1  # the suspended batch, being retried
+        eng.completed(work, 1, None, now)
+        assert eng.in_flight(TP) == 0 and eng.local_retries() == 0
+
+    @pytest.mark.parametrize(
+        ("ctx_ms", "wait_s"),
+        [(-1, 1.0), (250, 0.25), (0, 0.01), (-7, 0.01), (5, 0.01), (99_999, 30.0)],
+    )
+    def test_the_context_suspend_time_overrides_and_is_clamped(
+        self, ctx_ms: int, wait_s: float
+    ) -> None:
+        eng = engine(suspend_ms=1000)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        eng.completed(work, 0, suspend(ctx_ms), now=10.0)
+        assert of(RunWork, eng.tick(10.0 + wait_s - 0.001)) == []
+        assert of(RunWork, eng.tick(10.0 + wait_s))
+
+    @pytest.mark.parametrize(
+        ("result", "failure_type"),
+        [
+            (SUSPEND, "SUSPEND_CURRENT_QUEUE_A_MOMENT"),
+            (RuntimeError("boom"), "RuntimeError"),
+            (None, "NoneReturned"),
+            ("SUCCESS", "ListenerResultError"),
+            (7, "ListenerResultError"),
+        ],
+        ids=repr,
+    )
+    def test_anything_but_success_suspends(self, result: object, failure_type: str) -> None:
+        judged = judge_orderly(BatchVerdict(result), timeout_s=10, default_suspend_ms=1000)
+        assert judged.failure is not None and judged.failure.type == failure_type
+        assert judged.suspend_ms == 1000
+
+    def test_a_batch_past_the_consume_timeout_counts_as_suspended(self) -> None:
+        eng = engine(consume_timeout_s=5.0)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        late = BatchVerdict(SUCCESS, -1, 6.0)
+        assert judge_orderly(late, timeout_s=5.0, default_suspend_ms=1000).failure is not None
+        eng.completed(work, 0, late, now=20.0)
+        assert eng.committable(TP) == 0
+        retry = run_of(eng.tick(21.0))
+        assert retry.msgs[0].reconsume_times == 1
+
+    def test_a_late_success_holds_what_follows_until_its_retry_succeeded(self) -> None:
+        """The integration test's case, event by event: batch 1, ``t:0`` returns SUCCESS
+        past the timeout, ``t:1`` waits; then ``t:0`` again (reconsume 1), then ``t:1``."""
+        eng = engine(consume_timeout_s=0.5, suspend_ms=100, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        assert eng.completed(work, 0, BatchVerdict(SUCCESS, -1, 1.2), now=10.0) == []
+        assert eng.fetched(TP, msgs(2, 1), end=3) is None  # nothing later meanwhile
+        assert of(RunWork, eng.tick(10.099)) == []
+        assert eng.committable(TP) == 0
+        retry = run_of(eng.tick(10.1))
+        assert [(m.queue_offset, m.reconsume_times) for m in retry.msgs] == [(0, 1)]
+        assert of(RunWork, eng.tick(10.2)) == []  # one run of the partition at a time
+        nxt = run_of(eng.completed(retry, 1, None, 10.2))
+        assert [(m.queue_offset, m.reconsume_times) for m in nxt.msgs] == [(1, 0), (2, 0)]
+        eng.completed(nxt, 2, None, 10.3)
+        assert stored(eng.tick(10.3)) == {TP: 3}
+
+    def test_a_verdict_that_is_a_success_in_time_counts_as_one(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None
+        eng.completed(work, 1, BatchVerdict(SUCCESS, -1, 0.1), now=0.0)
+        assert stored(eng.tick(0.0)) == {TP: 4}
+
+    def test_a_bad_context_value_uses_the_consumers_suspend_time_and_is_named(self) -> None:
+        assert suspend_ms_of("5", 700) == (700, suspend_ms_of("5", 700)[1])
+        problem = suspend_ms_of(True, 700)[1]
+        assert problem is not None and "suspend_current_queue_time_millis=True" in problem
+
+    def test_unlimited_by_default_for_an_orderly_consumer(self) -> None:
+        assert orderly_max_reconsume_times(-1) == ORDERLY_UNLIMITED
+        assert orderly_max_reconsume_times(3) == 3
+        with pytest.raises(ConfigError, match="max_reconsume_times=-2"):
+            orderly_max_reconsume_times(-2)
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=10_000), end=1)
+        assert work is not None
+        assert of(SendBack, eng.completed(work, 0, suspend(), 0.0)) == []
+
+
+class TestDeadLetter:
+    def test_at_the_maximum_it_goes_to_the_dlq_and_the_partition_moves_on_once_acknowledged(
+        self,
+    ) -> None:
+        eng = engine(max_reconsume_times=3, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=3), end=1)
+        assert work is not None
+        eng.fetched(TP, msgs(1, 1), end=2)
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert copy.dest == DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 4)
+        assert copy.failure.type == "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+        assert of(RunWork, eng.tick(100.0)) == []  # the copy holds the partition
+        assert eng.committable(TP) == 0
+        eng.published(copy)
+        nxt = run_of(eng.tick(100.0))  # no suspend wait: nothing of the batch is left
+        assert offsets(nxt) == [1]
+        assert eng.committable(TP) == 1
+
+    def test_the_rest_of_the_batch_is_retried_without_the_dead_letter(self) -> None:
+        eng = engine(max_reconsume_times=2, batch_size=3)
+        batch = [Msg(0, reconsume_times=1), Msg(1, reconsume_times=2), Msg(2, reconsume_times=0)]
+        work = eng.fetched(TP, batch, end=3)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert copy.msg.queue_offset == 1
+        assert of(RunWork, eng.tick(2.0)) == []  # due, but the copy is not acknowledged
+        eng.published(copy)
+        retry = run_of(eng.tick(2.0))
+        assert [(m.queue_offset, m.reconsume_times) for m in retry.msgs] == [(0, 2), (2, 1)]
+        eng.completed(retry, 1, None, 2.0)
+        assert stored(eng.tick(2.0)) == {TP: 3}
+
+    def test_a_message_header_bounds_its_own_retries(self) -> None:
+        eng = engine(batch_size=1)  # the group's maximum: unlimited
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=1, max_reconsume_times=1), end=1)
+        assert work is not None
+        assert of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+
+    def test_a_transient_refusal_keeps_the_partition_and_sends_the_copy_again(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=500)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert eng.publish_failed(copy, Refusal.TRANSIENT, now=1.0) == []
+        assert of(SendBack, eng.tick(1.4)) == []
+        [again] = of(SendBack, eng.tick(1.5))
+        assert again.dest == copy.dest and again is not copy
+        eng.published(copy)  # the old copy's late acknowledgement settles nothing
+        assert eng.committable(TP) == 0
+        eng.published(again)
+        assert eng.committable(TP) == 1
+
+    def test_too_large_is_sent_alone_then_without_its_body(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        [alone] = eng.publish_failed(copy, Refusal.TOO_LARGE, 0.0)
+        assert isinstance(alone, SendBack) and alone.alone
+        [bodiless] = eng.publish_failed(alone, Refusal.TOO_LARGE, 0.0)
+        assert isinstance(bodiless, SendBack) and bodiless.omit_body
+        eng.published(bodiless)
+        assert eng.committable(TP) == 1
+
+    def test_broadcasting_drops_it_instead(self) -> None:
+        eng = engine(max_reconsume_times=1, batch_size=1, clustering=False)
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=1), end=1)
+        assert work is not None
+        eng.fetched(TP, msgs(1, 1), end=2)
+        acts = eng.completed(work, 0, suspend(), 0.0)
+        assert [a.msg.queue_offset for a in of(Dropped, acts)] == [0]
+        assert of(SendBack, acts) == []
+        assert offsets(run_of(acts)) == [1]
+
+
+class TestRebalance:
+    def test_a_revoked_partition_drops_its_suspended_batch_uncommitted(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(5, 2), end=7)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)
+        assert stored(eng.tick(0.0)) == {TP: 5}
+        eng.revoked(TP)
+        assert eng.tick(10.0) == []  # no retry of a partition no longer ours
+        assert eng.committable(TP) is None and eng.local_retries() == 0
+
+    def test_results_of_an_older_generation_are_ignored(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        eng.revoked(TP)
+        eng.assigned(TP)
+        assert eng.completed(work, 0, suspend(), 0.0) == []
+        assert not eng.running()
+        fresh = eng.fetched(TP, msgs(0, 2), end=2)
+        assert fresh is not None  # the new generation starts clean
+
+    def test_a_copy_acknowledged_after_revoke_changes_nothing(self) -> None:
+        eng = engine(max_reconsume_times=0)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        eng.revoked(TP)
+        eng.assigned(TP)
+        eng.published(copy)
+        assert eng.publish_failed(copy, Refusal.TRANSIENT, 0.0) == []
+        assert eng.committable(TP) is None
+
+    def test_while_draining_nothing_new_starts_until_a_tick(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None
+        eng.fetched(TP, msgs(4, 1), end=5)
+        # the run was told to stop after its first batch (a revoke is waiting for it)
+        assert eng.completed(work, 1, None, 0.0, chain=False) == []
+        assert not eng.running()
+        assert stored(eng.tick(0.0)) == {TP: 2}  # the unrun messages were never consumed
+        eng.revoked(TP)
+
+    def test_the_rest_of_a_stopped_run_runs_again_in_order(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None
+        eng.completed(work, 1, None, 0.0, chain=False)
+        assert offsets(run_of(eng.tick(0.0))) == [2, 3]
+
+
+class TestKeyOrdering:
+    def test_other_keys_go_on_while_one_key_is_suspended(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b"), (2, "a"), (3, "c")), end=4)
+        assert work is not None
+        nxt = run_of(eng.completed(work, 0, suspend(), 0.0))  # a@0 failed: b and c go on
+        assert offsets(nxt) == [1, 3]
+        assert eng.completed(nxt, 2, None, 0.1) == []
+        later = eng.fetched(TP, keyed((4, "b"), (5, "a")), end=6)
+        assert later is not None and offsets(later) == [4]  # a@2 and a@5 wait behind a@0
+        assert stored(eng.tick(0.2)) == {TP: 0}  # the smallest unsettled offset
+        eng.completed(later, 1, None, 0.3)
+        retry = run_of(eng.tick(1.0))
+        assert [(m.queue_offset, m.reconsume_times) for m in retry.msgs] == [(0, 1)]
+        after = run_of(eng.completed(retry, 1, None, 1.0))
+        assert offsets(after) == [2, 5]
+        eng.completed(after, 2, None, 1.1)
+        assert stored(eng.tick(1.1)) == {TP: 6}
+
+    def test_a_failed_batch_holds_every_key_in_it(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=2)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b"), (2, "c"), (3, "a")), end=4)
+        assert work is not None
+        # batch {a@0, b@1} failed: only c goes on
+        assert offsets(run_of(eng.completed(work, 0, suspend(), 0.0))) == [2]
+        assert eng.suspended(TP) == 1 and eng.suspended_keys(TP) == 2
+
+    def test_keyless_messages_share_one_key(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1)
+        work = eng.fetched(TP, [Msg(0), Msg(1, b"k"), Msg(2)], end=3)
+        assert work is not None
+        assert offsets(run_of(eng.completed(work, 0, suspend(), 0.0))) == [1]
+
+    def test_suspended_keys_pause_the_partition_above_the_limit(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1, keys=1)
+        now = 0.0
+        for offset, key in enumerate("ab"):
+            work = eng.fetched(TP, keyed((offset, key)), end=offset + 1)
+            assert work is not None
+            eng.completed(work, 0, suspend(), now)
+            now += 0.01
+        assert of(Pause, eng.tick(now)) == [Pause(TP, "2 keys suspended > 1")]
+        retry = run_of(eng.tick(1.0))
+        eng.completed(retry, 1, None, 1.0)
+        assert of(Resume, eng.tick(1.0)) == [Resume(TP)]
+
+
+class TestFlowControl:
+    def test_pause_above_the_count_limit_while_suspended_and_resume_below(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)
+        eng.fetched(TP, msgs(1, 3), end=4)
+        [pause] = of(Pause, eng.tick(0.0))
+        assert "4 messages in flight > 3" in pause.reason
+        retry = run_of(eng.tick(1.0))
+        nxt = run_of(eng.completed(retry, 1, None, 1.0))
+        eng.completed(nxt, 3, None, 1.0)
+        assert of(Resume, eng.tick(1.0)) == [Resume(TP)]
+
+    def test_bytes_of_waiting_messages_count(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        eng.fetched(TP, [Msg(1, body=b"y" * 20)], end=2)
+        assert of(Pause, eng.tick(0.0))
+
+
+# --- the invariants -----------------------------------------------------------------------
+_events = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["fetch", "ok", "fail", "stop", "publish", "refuse", "tick", "rebalance", "filter"]
+        ),
+        st.integers(0, 1000),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_events, st.integers(1, 3), st.sampled_from(list(Ordering)), st.booleans())
+def test_offsets_never_pass_an_unsettled_message_and_order_never_goes_back(
+    events: list[tuple[str, int]], batch_size: int, ordering: Ordering, bounded: bool
+) -> None:
+    """Whatever happens: an offset handed out for storing never passes a message that is
+    not settled and never moves back within a generation; at most one run per partition is
+    out; and per partition (per key with ``ordering=KEY``) the messages reach the listener
+    in offset order, where going back is only ever a redelivery of the same messages of a
+    suspended batch, with ``reconsume_times + 1``."""
+    eng = engine(
+        ordering=ordering,
+        batch_size=batch_size,
+        suspend_ms=300,
+        max_reconsume_times=2 if bounded else ORDERLY_UNLIMITED,
+    )
+    by_key = ordering is Ordering.KEY
+    unsettled: set[int] = set()
+    next_offset = 0
+    now = 0.0
+    out: list[Work] = []  # runs handed out and not completed
+    copies: list[SendBack] = []
+    last_stored = -1
+    # per lane (key, or the partition): the offsets delivered, in order
+    delivered: dict[Any, list[tuple[int, int]]] = {}
+    suspended_batches: list[list[tuple[int, int]]] = []  # (offset, times) of failed batches
+    fetched_any = False  # since the last rebalance
+
+    def lane(m: Any) -> Any:
+        return m.sharding_key if by_key else None
+
+    def deliver(batch: list[Any]) -> None:
+        for m in batch:
+            seen = delivered.setdefault(lane(m), [])
+            if seen and m.queue_offset <= seen[-1][0]:
+                # back: only a redelivery of a suspended batch's message, one time more
+                assert any(
+                    (m.queue_offset, m.reconsume_times - 1) in b for b in suspended_batches
+                ), (m, seen)
+            seen.append((m.queue_offset, m.reconsume_times))
+
+    def handle(actions: list[Any]) -> None:
+        nonlocal last_stored
+        for a in actions:
+            if isinstance(a, SendBack):
+                copies.append(a)
+            elif isinstance(a, RunWork):
+                assert not any(w.tp == a.work.tp for w in out), "two runs of one partition"
+                out.append(a.work)
+            elif isinstance(a, Dropped):
+                unsettled.discard(a.msg.queue_offset)
+            elif isinstance(a, StoreOffsets):
+                for _, offset in a.offsets:
+                    assert all(offset <= u for u in unsettled), (offset, sorted(unsettled))
+                    assert offset > last_stored
+                    last_stored = offset
+
+    def complete(n: int, verdict: BatchVerdict | None) -> None:
+        work = out.pop(0)
+        if not eng.is_current(work):
+            return
+        # no verdict: all ran, or the run was told to stop after some batches
+        succeeded = n % (work.nbatches + (verdict is None))
+        for i in range(succeeded):
+            batch = work.batch(i)
+            deliver(batch)
+            unsettled.difference_update(m.queue_offset for m in batch)
+        if verdict is not None:
+            failed = work.batch(succeeded)
+            deliver(failed)
+            suspended_batches.append([(m.queue_offset, m.reconsume_times) for m in failed])
+        handle(eng.completed(work, succeeded, verdict, now, chain=n % 3 != 0))
+
+    for kind, n in events:
+        now += 0.1
+        if kind in ("fetch", "filter"):
+            size = 0 if kind == "filter" else 1 + n % 5
+            batch = [
+                Msg(o, f"k{(o * 7 + n) % 3}".encode() if n % 4 else None)
+                for o in range(next_offset, next_offset + size)
+            ]
+            unsettled.update(m.queue_offset for m in batch)
+            fetched_any = True
+            next_offset += size + (n % 2)  # sometimes a filtered record in between
+            work = eng.fetched(TP, batch, end=next_offset)
+            if work is not None:
+                handle([RunWork(work)])
+        elif kind in ("ok", "stop") and out:
+            complete(n, None)
+        elif kind == "fail" and out:
+            complete(n, BatchVerdict([SUSPEND, None, RuntimeError("x")][n % 3], -1, 0.0))
+        elif kind == "publish" and copies:
+            copy = copies.pop(n % len(copies))
+            current = eng.holds(copy)
+            eng.published(copy)
+            if current:
+                unsettled.discard(copy.msg.queue_offset)
+        elif kind == "refuse" and copies:
+            copy = copies.pop(n % len(copies))
+            handle(eng.publish_failed(copy, list(Refusal)[n % 3], now))
+        elif kind == "rebalance":
+            eng.revoked(TP)
+            eng.assigned(TP)
+            unsettled.clear()
+            out.clear()
+            copies.clear()
+            delivered.clear()
+            suspended_batches.clear()
+            last_stored = -1
+            fetched_any = False
+        handle(eng.tick(now))
+        committable = eng.committable(TP)
+        if committable is not None:  # None: nothing fetched yet
+            assert all(committable <= u for u in unsettled), (committable, sorted(unsettled))
+    # in the end, with every run done and every copy acknowledged, the offset is the end
+    for _ in range(200):
+        now += 1.0
+        while out:
+            complete(out[0].nbatches, None)
+        for copy in list(copies):
+            copies.remove(copy)
+            current = eng.holds(copy)
+            eng.published(copy)
+            if current:
+                unsettled.discard(copy.msg.queue_offset)
+        handle(eng.tick(now))
+        if not out and not copies and not eng.local_retries():
+            break
+    assert not unsettled, sorted(unsettled)
+    assert eng.committable(TP) == (next_offset if fetched_any else None)

@@ -1,0 +1,424 @@
+"""The pull (SimpleConsumer) engine, driven event by event with a fake ``now``.
+
+Each test reads like the rule it checks (docs/semantics.md §4.13 and the module docstring of
+``adapter.core.engine.pull``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.core.engine import Pause, Resume, SendBack, StoreOffsets
+from adapter.core.engine.pull import (
+    MAX_INVISIBLE_S,
+    HandleState,
+    PullEngine,
+    PullOptions,
+    ReceiptHandle,
+    receive_count,
+    seconds_of,
+)
+from adapter.core.offsets import FlowLimits
+from adapter.core.publishing import Refusal
+from adapter.core.routing import DeadLetter, DeadLetterReason, RetryNow
+from adapter.errors import InvalidInputError, InvalidReceiptHandleError
+
+pytestmark = pytest.mark.unit
+
+TP = ("orders", 0)
+TP2 = ("orders", 1)
+
+
+@dataclass(frozen=True)
+class Msg:
+    """What the engine needs of a message."""
+
+    queue_offset: int
+    reconsume_times: int = 0
+    max_reconsume_times: int | None = None
+    body: bytes = b"x" * 10
+
+    def redelivered(self) -> Msg:
+        return replace(self, reconsume_times=self.reconsume_times + 1)
+
+
+def engine(*tps: tuple[str, int], **kw: Any) -> PullEngine:
+    opts: dict[str, Any] = {"store_interval_s": 0.0}
+    opts.update(kw)
+    eng = PullEngine(PullOptions(**opts))
+    for tp in tps or (TP,):
+        eng.assigned(tp)
+    return eng
+
+
+def fetch(eng: PullEngine, tp: tuple[str, int], first: int, n: int, **kw: Any) -> list[Msg]:
+    msgs = [Msg(o, **kw) for o in range(first, first + n)]
+    eng.fetched(tp, msgs, first + n, 10 * n)
+    return msgs
+
+
+def stored(actions: list[Any]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for a in actions:
+        if isinstance(a, StoreOffsets):
+            out.update(a.offsets)
+    return out
+
+
+def copies(actions: list[Any]) -> list[SendBack]:
+    return [a for a in actions if isinstance(a, SendBack)]
+
+
+class TestReceiveAndAck:
+    def test_receive_makes_messages_invisible_and_ack_settles_them(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 3)
+        handles = eng.receive(2, 30.0, now=0.0)
+        assert [h.offset for h in handles] == [0, 1]
+        assert eng.unacked == 2 and eng.available == 1
+        assert eng.committable(TP) == 0  # invisible messages hold the offset
+        eng.ack(handles[1], now=1.0)
+        assert eng.committable(TP) == 0
+        eng.ack(handles[0], now=1.0)
+        assert eng.committable(TP) == 2  # the buffered one is still in flight
+        [last] = eng.receive(5, 30.0, now=1.0)
+        eng.ack(last, now=2.0)
+        assert stored(eng.tick(2.0)) == {TP: 3}
+
+    def test_nothing_is_visible_to_two_receivers(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 4)
+        first = eng.receive(2, 30.0, now=0.0)
+        second = eng.receive(32, 30.0, now=0.0)
+        assert {h.offset for h in first}.isdisjoint(h.offset for h in second)
+        assert eng.receive(1, 30.0, now=0.0) == []
+
+    def test_receive_takes_partitions_in_turn(self) -> None:
+        eng = engine(TP, TP2)
+        fetch(eng, TP, 0, 10)
+        fetch(eng, TP2, 0, 10)
+        a = eng.receive(4, 30.0, now=0.0)
+        b = eng.receive(4, 30.0, now=0.0)
+        assert {h.tp for h in a} == {TP}
+        assert {h.tp for h in b} == {TP2}  # the partition served first went to the back
+
+    def test_acking_twice_is_harmless(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 30.0, now=0.0)
+        eng.ack(h, now=1.0)
+        eng.ack(h, now=100.0)  # even after the deadline
+        assert h.state is HandleState.ACKED and eng.unacked == 0
+
+    def test_an_expired_handle_is_refused_and_changes_nothing(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 10.0, now=0.0)
+        with pytest.raises(InvalidReceiptHandleError, match="expired"):
+            eng.ack(h, now=10.0)  # at the deadline: expired (never later than promised)
+        assert eng.committable(TP) == 0 and h.state is HandleState.INVISIBLE
+        [copy] = copies(eng.tick(10.0))
+        assert copy.dest == RetryNow(1) and copy.msg.queue_offset == 0
+        with pytest.raises(InvalidReceiptHandleError, match="expired"):
+            eng.ack(h, now=10.5)
+
+    def test_a_handle_of_another_consumer_is_refused(self) -> None:
+        a, b = engine(), engine()
+        fetch(a, TP, 0, 1)
+        fetch(b, TP, 0, 1)
+        [ha] = a.receive(1, 30.0, now=0.0)
+        with pytest.raises(InvalidReceiptHandleError, match="another consumer"):
+            b.ack(ha, now=1.0)
+        assert b.available == 1 and a.unacked == 1
+
+    def test_handles_of_a_revoked_partition_are_refused(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 2)
+        [h, _] = eng.receive(2, 30.0, now=0.0)
+        eng.revoked(TP)
+        eng.assigned(TP)
+        with pytest.raises(InvalidReceiptHandleError, match="revoked"):
+            eng.ack(h, now=1.0)
+        assert eng.unacked == 0 and eng.available == 0
+        assert copies(eng.tick(100.0)) == []  # the new owner reads them again
+
+
+class TestExpiry:
+    def test_an_expired_message_goes_straight_to_the_retry_topic_with_one_more_attempt(
+        self,
+    ) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 2, reconsume_times=3)
+        [h, other] = eng.receive(2, 5.0, now=0.0)
+        eng.ack(other, now=1.0)
+        assert copies(eng.tick(4.999)) == []  # never sooner
+        [copy] = copies(eng.tick(5.0))
+        assert copy.dest == RetryNow(4)
+        assert copy.failure is not None and copy.failure.type == "InvisibleDurationExpired"
+        assert h.state is HandleState.EXPIRED and eng.unacked == 0
+        assert eng.committable(TP) == 0  # held until the copy is acknowledged
+        eng.published(copy)
+        assert eng.committable(TP) == 2
+
+    def test_after_the_maximum_attempts_it_goes_to_the_dlq(self) -> None:
+        eng = engine(max_delivery_attempts=3)
+        fetch(eng, TP, 0, 1, reconsume_times=2)  # the third delivery
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        assert copy.dest == DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 3)
+
+    def test_the_default_maximum_is_17_deliveries(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 2)
+        eng.fetched(TP, [Msg(2, reconsume_times=15), Msg(3, reconsume_times=16)], 4)
+        eng.receive(4, 5.0, now=0.0)
+        dests = [c.dest for c in copies(eng.tick(5.0))]
+        assert dests[2] == RetryNow(16)
+        assert dests[3] == DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 17)
+
+    def test_a_message_header_sets_its_own_maximum(self) -> None:
+        eng = engine()
+        eng.fetched(TP, [Msg(0, max_reconsume_times=0)], 1)
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        assert isinstance(copy.dest, DeadLetter)
+
+    def test_change_invisible_duration_postpones_and_supersedes(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 5.0, now=0.0)
+        new = eng.change_invisible_duration(h, 20.0, now=4.0)
+        assert new.deadline == 24.0 and str(new) != str(h)
+        assert copies(eng.tick(10.0)) == []
+        with pytest.raises(InvalidReceiptHandleError, match="superseded"):
+            eng.ack(h, now=10.0)
+        eng.ack(new, now=23.0)
+        assert eng.committable(TP) == 1
+
+    def test_change_invisible_duration_may_shorten_to_now(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 60.0, now=0.0)
+        new = eng.change_invisible_duration(h, 0.0, now=1.0)
+        [copy] = copies(eng.tick(1.0))
+        assert copy.dest == RetryNow(1)
+        with pytest.raises(InvalidReceiptHandleError, match="expired"):
+            eng.change_invisible_duration(new, 10.0, now=1.0)
+
+    def test_an_acked_message_cannot_change_its_duration(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 60.0, now=0.0)
+        eng.ack(h, now=1.0)
+        with pytest.raises(InvalidReceiptHandleError, match="already acknowledged"):
+            eng.change_invisible_duration(h, 10.0, now=1.0)
+
+    def test_a_transient_refusal_makes_the_message_visible_again_with_its_attempt_counted(
+        self,
+    ) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        assert eng.publish_failed(copy, Refusal.TRANSIENT, now=5.1) == []
+        assert eng.committable(TP) == 0
+        [again] = eng.receive(1, 5.0, now=6.0)
+        assert again.msg.reconsume_times == 1 and again.offset == 0
+        eng.ack(again, now=7.0)
+        assert eng.committable(TP) == 1
+
+    def test_refusals_follow_the_shared_escalation(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        [alone] = eng.publish_failed(copy, Refusal.TOO_LARGE, now=5.0)
+        assert isinstance(alone, SendBack) and alone.alone
+        [dead] = eng.publish_failed(alone, Refusal.TOO_LARGE, now=5.0)
+        assert isinstance(dead, SendBack)
+        assert dead.dest == DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, 1)
+        assert eng.publish_failed(copy, Refusal.TRANSIENT, now=5.0) == []  # superseded
+        eng.published(dead)
+        assert eng.committable(TP) == 1
+
+    def test_settled_handles_do_not_pile_up_in_the_deadline_heap(self) -> None:
+        eng = engine()
+        for i in range(20):
+            fetch(eng, TP, i * 1000, 1000)
+            while eng.available:
+                for h in eng.receive(32, MAX_INVISIBLE_S, now=0.0):
+                    eng.ack(h, now=0.0)
+        assert eng.deadline_entries < 5000  # compacted (20 000 handles were pushed)
+
+
+class TestFlowAndOffsets:
+    def test_pause_while_too_much_is_in_flight_and_resume_below(self) -> None:
+        eng = engine(flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=100))
+        fetch(eng, TP, 0, 4)
+        assert Pause(TP, "4 messages in flight > 3") in eng.tick(0.0)
+        handles = eng.receive(4, 30.0, now=0.0)
+        eng.ack(handles[0], now=0.1)
+        assert Resume(TP) in eng.tick(0.1)
+
+    def test_an_invisible_message_holds_the_offset_span(self) -> None:
+        eng = engine(flow=FlowLimits(max_count=1000, max_bytes=10**9, max_span=7))
+        fetch(eng, TP, 0, 8)
+        handles = eng.receive(8, 30.0, now=0.0)
+        for h in handles[1:]:
+            eng.ack(h, now=0.0)
+        actions = eng.tick(0.0)
+        assert stored(actions) == {TP: 0}
+        assert not any(isinstance(a, Pause) for a in actions)  # span 7 - 0 = 7
+        fetch(eng, TP, 8, 1)
+        assert Pause(TP, "in-flight offset span 8 > 7") in eng.tick(0.1)
+
+    def test_filtered_fetches_move_the_offset(self) -> None:
+        eng = engine()
+        eng.fetched(TP, [], 10)
+        assert stored(eng.tick(0.0)) == {TP: 10}
+
+
+class TestInputs:
+    @pytest.mark.parametrize(
+        ("value", "seconds"), [(1, 1.0), (2.5, 2.5), (timedelta(minutes=2), 120.0)]
+    )
+    def test_durations_in_seconds_or_timedelta(self, value: object, seconds: float) -> None:
+        assert seconds_of("invisible_duration", value, minimum=1.0) == seconds
+
+    @pytest.mark.parametrize(
+        "value", [0.5, 12 * 3600 + 1, -1, float("nan"), "10", True, None, timedelta(hours=13)]
+    )
+    def test_bad_durations_name_the_value(self, value: object) -> None:
+        with pytest.raises(InvalidInputError) as info:
+            seconds_of("invisible_duration", value, minimum=1.0)
+        assert info.value.field == "invisible_duration" and "invisible_duration=" in str(info.value)
+
+    def test_receive_count_is_capped_at_32(self) -> None:
+        assert receive_count(1) == 1 and receive_count(100) == 32
+
+    @pytest.mark.parametrize("value", [0, -3, 2.0, "5", True])
+    def test_bad_receive_counts_name_the_value(self, value: object) -> None:
+        with pytest.raises(InvalidInputError, match="max_message_num="):
+            receive_count(value)
+
+
+# --------------------------------------------------------------------------------------------
+# properties
+# --------------------------------------------------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("fetch"), st.integers(0, 1), st.integers(0, 5)),
+        st.tuples(st.just("receive"), st.integers(1, 6), st.integers(1, 4)),
+        st.tuples(st.just("ack"), st.integers(0, 50), st.integers(0, 0)),
+        st.tuples(st.just("change"), st.integers(0, 50), st.integers(0, 4)),
+        st.tuples(st.just("time"), st.integers(1, 3), st.integers(0, 0)),
+        st.tuples(st.just("publish"), st.integers(0, 20), st.integers(0, 3)),
+        st.tuples(st.just("rebalance"), st.integers(0, 1), st.integers(0, 0)),
+    ),
+    max_size=80,
+)
+_REFUSALS = [None, Refusal.TRANSIENT, Refusal.TOO_LARGE, Refusal.PERMANENT]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops)
+def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """Model: per partition, the offsets fetched in this generation and not settled (acked,
+    or its copy acknowledged).  Whatever happens, every stored offset and every committable
+    offset stays at or below the smallest of them, no offset has two live handles, and
+    every copy of an expired message counts one more delivery."""
+    tps = [TP, TP2]
+    eng = engine(*tps, max_delivery_attempts=3)
+    now = 0.0
+    nxt = dict.fromkeys(tps, 0)
+    unsettled: dict[tuple[str, int], set[int]] = {tp: set() for tp in tps}
+    handles: list[ReceiptHandle] = []
+    pending: list[SendBack] = []
+
+    latest: dict[tuple[tuple[str, int], int], SendBack] = {}
+
+    def current(tp: tuple[str, int], generation: int) -> bool:
+        return eng.generation_of(tp) == generation
+
+    def track(found: list[Any]) -> None:
+        for a in found:
+            if isinstance(a, SendBack):
+                latest[(a.tp, a.msg.queue_offset)] = a
+                pending.append(a)
+
+    def check(actions: list[Any]) -> None:
+        for tp, offset in stored(actions).items():
+            assert not unsettled[tp] or offset <= min(unsettled[tp]), (tp, offset)
+        for tp in tps:
+            c = eng.committable(tp)
+            assert c is None or not unsettled[tp] or c <= min(unsettled[tp])
+        live: set[tuple[tuple[str, int], int]] = set()
+        for h in handles:
+            if (
+                h.state is HandleState.INVISIBLE
+                and current(h.tp, h.generation)
+                and h.deadline > now
+            ):
+                key = (h.tp, h.offset)
+                assert key not in live, key
+                live.add(key)
+        for a in actions:
+            if isinstance(a, SendBack):  # an expired message: one more delivery counted
+                assert isinstance(a.dest, RetryNow | DeadLetter)
+                assert a.dest.reconsume_times == a.msg.reconsume_times + 1
+        track(actions)
+
+    for op, a, b in ops:
+        actions: list[Any] = []
+        if op == "fetch":
+            tp = tps[a]
+            first = nxt[tp]
+            eng.fetched(tp, [Msg(o) for o in range(first, first + b)], first + b)
+            unsettled[tp].update(range(first, first + b))
+            nxt[tp] = first + b
+        elif op == "receive":
+            handles.extend(eng.receive(a, float(b), now))
+        elif op == "ack" and handles:
+            h = handles[a % len(handles)]
+            try:
+                eng.ack(h, now)
+            except InvalidReceiptHandleError:
+                pass
+            else:
+                if current(h.tp, h.generation):
+                    unsettled[h.tp].discard(h.offset)
+        elif op == "change" and handles:
+            h = handles[a % len(handles)]
+            with contextlib.suppress(InvalidReceiptHandleError):
+                handles.append(eng.change_invisible_duration(h, float(b), now))
+        elif op == "time":
+            now += a
+            actions = eng.tick(now)
+        elif op == "publish" and pending:
+            action = pending.pop(a % len(pending))
+            refusal = _REFUSALS[b]
+            key = (action.tp, action.msg.queue_offset)
+            if refusal is None:
+                eng.published(action)
+                if current(action.tp, action.generation) and latest.get(key) is action:
+                    unsettled[action.tp].discard(action.msg.queue_offset)
+            else:
+                track(eng.publish_failed(action, refusal, now))
+        elif op == "rebalance":
+            tp = tps[a]
+            eng.revoked(tp)
+            eng.assigned(tp)
+            unsettled[tp] = set()
+            pending[:] = [p for p in pending if p.tp != tp]
+        check(actions)
+        check(eng.tick(now))
