@@ -28,19 +28,21 @@ import os
 import signal
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import tenacity
+
 from adapter import (
-    ConfigError,
     ConsumeConcurrentlyStatus,
     Message,
     Producer,
     PushConsumer,
     ScheduleService,
 )
+from adapter.errors import AdapterError
+from adapter.io.topics import TopicPlan, ensure_topics
 
 GROUP = "example"
 TOPIC = "orders"
@@ -77,42 +79,27 @@ def emit(event: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
-def with_metrics(factory: Any, what: str, port: int, *args: Any, **options: Any) -> Any:
-    """``factory(*args, metrics_port=port, **options)``; if this build of the adapter has no
-    ``metrics_port`` option yet, the same without it (and a warning)."""
+def with_metrics(factory: Any, port: int, *args: Any, **options: Any) -> tuple[Any, bool]:
+    """``factory(*args, **options)`` serving Prometheus metrics on ``port`` on every
+    interface of the container (``port`` 0: no endpoint)."""
     if port <= 0:
         return factory(*args, **options), False
-    try:
-        return factory(*args, metrics_port=port, **options), True
-    except ConfigError as exc:
-        if "metrics_port" not in str(exc):
-            raise
-        log.warning("%s: this adapter build has no metrics_port option; metrics are off", what)
-        return factory(*args, **options), False
+    return factory(*args, metrics_port=port, metrics_addr="0.0.0.0", **options), True
 
 
 def ensure_topic(config: dict[str, Any], topic: str, partitions: int) -> None:
-    """Create the user topic (a plain Kafka topic) unless it exists."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-
-    admin = AdminClient(config)
-    deadline = time.monotonic() + 60
-    while True:
-        future = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]
-        try:
-            future.result(timeout=30)
-            log.info("created topic %s (%d partitions)", topic, partitions)
-            return
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return
-            if time.monotonic() > deadline:
-                raise
-            log.info("creating topic %s: %s (retrying)", topic, exc)
-            time.sleep(1)
+    """Create the user topic (a plain Kafka topic) unless it exists; the broker may still be
+    starting, so a failure is retried with back-off for up to a minute."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(60),
+        wait=tenacity.wait_exponential(multiplier=0.5, max=5),
+        retry=tenacity.retry_if_exception_type(AdapterError),
+        before_sleep=lambda state: log.info(
+            "creating topic %s: %s (retrying)", topic, state.outcome and state.outcome.exception()
+        ),
+        reraise=True,
+    )
+    retrying(ensure_topics, config, [TopicPlan(topic, topic, partitions)])
 
 
 def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
@@ -146,14 +133,11 @@ def consume(args: argparse.Namespace) -> int:
 
     service = None
     if os.environ.get("RMQ_EXAMPLE_SCHEDULE_SERVICE") == "1":
-        service, _ = with_metrics(
-            ScheduleService, "ScheduleService", metrics_port(0), config, delay_levels=levels
-        )
+        service, _ = with_metrics(ScheduleService, metrics_port(0), config, delay_levels=levels)
         service.start()
     trace_topic = os.environ.get("RMQ_TRACE_TOPIC", "RMQ_SYS_TRACE_TOPIC") or None
     consumer, metrics_on = with_metrics(
         PushConsumer,
-        "PushConsumer",
         metrics_port(9401),
         {**config, "group.id": GROUP},
         max_reconsume_times=MAX_RECONSUME_TIMES,
