@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adapter.constants import (
     FAILURE_MESSAGE_MAX_CHARS,
@@ -61,26 +61,35 @@ class GroupTopics:
     group: str
     levels: DelayLevels
     namespace: str | None = None
+    #: the names, worked out once (a failing stream asks for them with every copy)
+    retry_topic: str = field(init=False)
+    dlq_topic: str = field(init=False)
+    retry_kafka: str = field(init=False)
+    dlq_kafka: str = field(init=False)
+    _level_topics: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def retry_topic(self) -> str:
-        return naming.retry_topic(self.group)
-
-    @property
-    def dlq_topic(self) -> str:
-        return naming.dlq_topic(self.group)
-
-    @property
-    def retry_kafka(self) -> str:
-        return naming.to_kafka(self.retry_topic)
-
-    @property
-    def dlq_kafka(self) -> str:
-        return naming.to_kafka(self.dlq_topic)
+    def __post_init__(self) -> None:
+        retry, dlq = naming.retry_topic(self.group), naming.dlq_topic(self.group)
+        object.__setattr__(self, "retry_topic", retry)
+        object.__setattr__(self, "dlq_topic", dlq)
+        object.__setattr__(self, "retry_kafka", naming.to_kafka(retry))
+        object.__setattr__(self, "dlq_kafka", naming.to_kafka(dlq))
+        levels = range(1, self.levels.max_level + 1)
+        object.__setattr__(
+            self,
+            "_level_topics",
+            tuple(
+                naming.to_kafka(naming.schedule_topic(n, self.levels, self.namespace))
+                for n in levels
+            ),
+        )
 
     def level_topic(self, level: int) -> str:
         """The Kafka topic of delay ``level``."""
-        return naming.to_kafka(naming.schedule_topic(level, self.levels, self.namespace))
+        topics = self._level_topics
+        if not 0 < level <= len(topics):
+            self.levels.check(level)  # raises InvalidDelayLevelError naming the level
+        return topics[level - 1]
 
 
 def send_back(
@@ -111,15 +120,15 @@ def send_back(
         return OutRecord(topics.level_topic(dest.level), msg.body, key, headers)
     if isinstance(dest, RetryNow):
         headers = straight_retry_headers(msg, group=topics.group, failure=failure)
-        return OutRecord(naming.to_kafka(topics.retry_topic), msg.body, key, headers)
+        return OutRecord(topics.retry_kafka, msg.body, key, headers)
     headers = dlq_headers(
         msg, group=topics.group, reason=dest.reason.value, now_ms=now_ms, failure=failure
     )
     if omit_body:
         omitted = OmittedBody(len(msg.body), msg.kafka_topic, msg.queue_id, msg.queue_offset)
         headers.append(omitted.header())
-        return OutRecord(naming.to_kafka(topics.dlq_topic), None, key, headers)
-    return OutRecord(naming.to_kafka(topics.dlq_topic), msg.body, key, headers)
+        return OutRecord(topics.dlq_kafka, None, key, headers)
+    return OutRecord(topics.dlq_kafka, msg.body, key, headers)
 
 
 def forward(
