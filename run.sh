@@ -45,13 +45,23 @@ case "$cmd" in
     setup
     echo "==> ruff"
     "$VENV/bin/ruff" check adapter tests
-    echo "==> mypy"
-    "$VENV/bin/mypy" adapter
-    echo "==> pytest (unit + integration, ${RMQ_TEST_WORKERS:-4} workers; RMQ_TEST_WORKERS=0 runs in one process)"
-    if [ "${RMQ_TEST_WORKERS:-4}" = 0 ]; then
-      exec "$VENV/bin/python" -m pytest "$@"
+    # mypy runs beside pytest (it needs no broker); its verdict is checked at the end
+    mypy_log=$(mktemp)
+    "$VENV/bin/mypy" adapter >"$mypy_log" 2>&1 &
+    mypy_pid=$!
+    workers=${RMQ_TEST_WORKERS:-4}
+    echo "==> pytest (unit + integration, $workers workers; RMQ_TEST_WORKERS=0 runs in one process) and mypy"
+    rc=0
+    if [ "$workers" = 0 ]; then
+      "$VENV/bin/python" -m pytest "$@" || rc=$?
+    else
+      "$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup "$@" || rc=$?
     fi
-    exec "$VENV/bin/python" -m pytest -n "${RMQ_TEST_WORKERS:-4}" --dist loadgroup "$@"
+    echo "==> mypy"
+    if ! wait "$mypy_pid"; then rc=1; fi
+    cat "$mypy_log"
+    rm -f "$mypy_log"
+    exit "$rc"
     ;;
   bench)
     setup

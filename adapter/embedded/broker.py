@@ -646,7 +646,7 @@ class EmbeddedKafka:
             # 9 s): keep that short.  But a SIGSTOPped one (a GC pause, a frozen VM) that
             # outlasts it is fenced by its own controller on waking, and that single-broker
             # metadata with no broker in it makes librdkafka >= 2.10 drop every broker it
-            # knows for good (confluentinc/librdkafka#5301): keep it above short stalls.
+            # knows for good: keep it above short stalls.
             "broker.session.timeout.ms": "6000",
             "broker.heartbeat.interval.ms": "500",
             # consumers in tests may detect a dead member in seconds (broker default 6 s)

@@ -32,6 +32,7 @@ from adapter.errors import (
 )
 from adapter.io.config import check_kafka_config, producer_config
 from adapter.io.errors import AUTH_CODES, is_too_large, make_client, send_error
+from adapter.io.polling import watermarks
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ def read_dlq(
         ends = {}
         total = 0
         for tp in parts:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            low, high = watermarks(consumer, tp, timeout_s)
             if high > low:
                 ends[tp.partition] = high
                 total += high - low

@@ -11,9 +11,7 @@ directory of their own, push messages through the retry ladder into the DLQ, and
   example`` inside the stack;
 * the Spark streaming job's committed Parquet windows (retries, DLQ arrivals);
 * Prometheus (``/api/v1/targets``, ``/api/v1/query`` on 127.0.0.1) scraping the
-  ScheduleService and the consumer, and the metrics contract on both endpoints.  Until the
-  adapter has the ``metrics_port`` option / ``--metrics-port`` flag, that part is an xfail
-  naming what is missing.
+  ScheduleService and the consumer, and the metrics contract on both endpoints.
 
 Minutes, not seconds (about 4 with the images built; the first build debootstraps Debian and
 copies pyspark): never part of the default suite.  ``RMQ_DOCKER_KEEP=1`` leaves the stack
@@ -476,8 +474,7 @@ def test_prometheus_scrapes_the_metrics_contract(stack: Stack, traffic: Traffic)
         )
         if not stack.has_file(service, marker)
     ]
-    if missing:
-        pytest.xfail(f"this adapter build has no {', '.join(missing)} yet: metrics are off")
+    assert missing == [], f"metrics endpoints not started: {missing}"
 
     def all_up() -> bool:
         ts = _http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]

@@ -103,7 +103,7 @@ class ChildProcess:
                 f"{self.name} still running after {timeout}s:\n{self.log_tail()}"
             ) from None
         if self._reader is not None:
-            self._reader.join(5)
+            self._reader.join(30)  # a starved reader thread still drains the pipe
         return code
 
     def close(self) -> None:

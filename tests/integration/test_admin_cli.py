@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import tenacity
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
@@ -113,9 +114,18 @@ def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
 def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Commit offsets for ``group`` as a (momentary) simple consumer, leaving it empty."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    # a new group's coordinator may still be loading or moving: NOT_COORDINATOR is retriable
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(30),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2),
+        retry=tenacity.retry_if_exception_type(KafkaException),
+        reraise=True,
+    )
     try:
-        c.commit(
-            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        retrying(
+            c.commit,
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+            asynchronous=False,
         )
     finally:
         c.close()
@@ -815,7 +825,8 @@ def test_msg_show_window_bound_and_not_found(
     topic = kafka_topic_factory("old")
     hours_ago = now_ms() - 3 * 3_600_000
     plain = f"{topic}:0:0"  # a plain Kafka record: its id is topic:partition:offset
-    produce(bootstrap, [(topic, 0, {"tenant": "t1"}, hours_ago)])
+    # two records: the bound below stops the scan before its end
+    produce(bootstrap, [(topic, 0, {"tenant": "t1"}, hours_ago)] * 2)
     out = cli("msg", "show", "--id", plain, "--topic", topic, "--since", "1h", "-b", bootstrap)
     assert out.returncode == 1 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1

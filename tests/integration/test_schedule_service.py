@@ -355,7 +355,9 @@ def test_due_time_beyond_one_level_delay_is_corrected_to_now(h: Harness, kafka_t
         ],
     )
     records = {r.value: r for r in out.wait_values({b"far", b"near"}, timeout=10)}
-    assert records[b"far"].received_ms - sent <= TOLERANCE_MS
+    # the level delay (400 ms) from when the service read it, not an hour; the service may
+    # read it a second late on a loaded machine
+    assert records[b"far"].received_ms - sent <= TOLERANCE_MS + 1000
     assert records[b"near"].created_ms >= sent + 350
     assert records[b"near"].received_ms - (sent + 350) <= TOLERANCE_MS
 

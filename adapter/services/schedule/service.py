@@ -14,6 +14,7 @@ does not exist or refuses them for good) go to ``%DLQ%<service group>`` with
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 import logging
 import re
@@ -30,8 +31,10 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from adapter.constants import (
     DEFAULT_SCHEDULE_SERVICE_GROUP,
@@ -56,6 +59,7 @@ from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.errors import ConfigError, TopicNameError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import (
+    admin_config,
     build_options,
     check_int,
     check_kafka_config,
@@ -85,6 +89,8 @@ _LOOKUP_TIMEOUT_S = 10.0
 #: deleted meanwhile is dead-lettered before a forward to it waits out its timeout (and,
 #: exactly-once, holds back the transaction of every other entry).
 DESTINATION_TTL_S = 1.0
+#: How long a forward to a destination whose description is stale waits for the new one.
+REFRESH_WAIT_S = 2.0
 _LEVEL_PATTERN = r"L[0-9]{2,}-[0-9]+(ms|s|m|h|d)$"
 
 
@@ -402,7 +408,7 @@ class _ServiceLoop:
         self.delivery: AtLeastOnce | ExactlyOnce | None = None
         self._consumer: Any = None
         self._cooperative = True
-        self._destinations = _Destinations(DESTINATION_TTL_S)
+        self._destinations = _Destinations(service._config, DESTINATION_TTL_S)
         self._levels: dict[str, tuple[int, int]] = {}  # Kafka topic -> (level, delay ms)
         self._trace: TraceSink | None = opts.trace_sink
         self._owned_trace: Any = None
@@ -553,6 +559,7 @@ class _ServiceLoop:
                 self._consumer.close()  # may revoke (cooperative): commits again, harmlessly
         finally:
             self._consumer = None
+            self._destinations.close()
             if self.delivery is not None:
                 self.delivery.close()
             if self._owned_trace is not None:
@@ -668,6 +675,10 @@ class _ServiceLoop:
         except TopicNameError as exc:
             return str(exc), 0
         partitions = self._destinations.partitions(kafka_topic, time.monotonic())
+        if partitions is not None:
+            # stale: a refresh is under way; its answer may be "gone"
+            self._destinations.settle(kafka_topic, REFRESH_WAIT_S)
+            partitions = self._destinations.partitions(kafka_topic, time.monotonic())
         if partitions is None:
             partitions = self._partition_count(kafka_topic)
             if partitions is None:
@@ -900,29 +911,77 @@ class _ServiceLoop:
 class _Destinations:
     """Partition counts of the topics entries are forwarded to.
 
-    A count is trusted for ``ttl_s``; after that the next forward to the topic looks it up
-    again first (one metadata request per destination and ``ttl_s``), so a destination
-    deleted since is found gone before a forward to it is produced: a record for a deleted
-    topic would sit in the producer until ``message.timeout.ms``, and in exactly-once mode
-    hold back every other entry of its transaction that long.
+    A count older than ``ttl_s`` is looked up again (an admin request).  The forward that
+    found it stale waits for that answer up to ``REFRESH_WAIT_S``: a destination deleted
+    since is then found gone before a record is produced to it (such a record would sit in
+    the producer until ``message.timeout.ms`` and, exactly-once, hold back every other
+    entry of its transaction that long).  When the broker does not answer in time (it is
+    down or slow) the forward goes on with the count it had, and the loop never blocks
+    longer than that.
     """
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, config: Mapping[str, Any], ttl_s: float) -> None:
+        self._config = config
         self._ttl_s = ttl_s
         self._known: dict[str, tuple[int, float]] = {}
+        self._refreshing: dict[str, Any] = {}  # Kafka topic -> future
+        self._waited: set[Any] = set()  # refreshes a forward waited for (once each)
+        self._admin: Any = None
 
     def partitions(self, kafka_topic: str, now: float) -> int | None:
-        """The cached count (``None``: never seen, or older than ``ttl_s``: look it up)."""
+        """The cached count (``None``: never seen, or found gone by a refresh)."""
+        self._collect()
         known = self._known.get(kafka_topic)
-        if known is None or now - known[1] > self._ttl_s:
+        if known is None:
             return None
+        if now - known[1] > self._ttl_s and kafka_topic not in self._refreshing:
+            self._refresh(kafka_topic)
         return known[0]
+
+    def settle(self, kafka_topic: str, timeout_s: float) -> None:
+        """Wait (bounded) for a refresh of ``kafka_topic`` under way, and take its answer."""
+        future = self._refreshing.get(kafka_topic)
+        if future is None or future in self._waited:
+            return  # none under way, or one forward already waited for it
+        self._waited.add(future)
+        concurrent.futures.wait([future], timeout=timeout_s)
+        self._collect()
 
     def known(self, kafka_topic: str, partitions: int, now: float) -> None:
         self._known[kafka_topic] = (partitions, now)
 
     def forget(self) -> None:
         self._known.clear()
+
+    def _refresh(self, kafka_topic: str) -> None:
+        if self._admin is None:
+            self._admin = make_client(
+                AdminClient, admin_config(self._config), what="ScheduleService admin client"
+            )
+        futures = self._admin.describe_topics(
+            TopicCollection([kafka_topic]), request_timeout=_LOOKUP_TIMEOUT_S
+        )
+        self._refreshing[kafka_topic] = futures[kafka_topic]
+
+    def _collect(self) -> None:
+        if not self._refreshing:
+            return
+        for topic, future in list(self._refreshing.items()):
+            if not future.done():
+                continue
+            del self._refreshing[topic]
+            self._waited.discard(future)
+            try:
+                description = future.result()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and is_unknown_topic(err):
+                    self._known.pop(topic, None)  # gone: the next forward finds out
+                continue  # any other failure: keep the count, try again later
+            self._known[topic] = (len(description.partitions), time.monotonic())
+
+    def close(self) -> None:
+        self._admin = None
 
 
 def _purged(err: Any) -> bool:
