@@ -20,6 +20,7 @@ from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from adapter.constants import TRACE_TOPIC
 from adapter.core import naming
+from adapter.core.delay import DelayLevels
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.topics import TopicPlan, ensure_topics
@@ -144,7 +145,15 @@ def _run(bootstrap: str) -> int:
     consumer.subscribe(topic, "*")
     consumer.register_message_listener(listener)
     bodies = ["ok-1", "ok-2", "batch-cut-a", "ok-3", "flaky-1", "poison", "ok-4", "dlq-now"]
+    levels = DelayLevels.parse(DELAY_LEVELS).max_level
     with service, consumer, Producer(config) as producer:
+        # send once the service owns every delay-level partition and the consumer its topic
+        # and retry topic: on a cold broker the first assignment takes seconds, which would
+        # otherwise show up as seconds of "lateness"
+        _wait_for(
+            lambda: len(service.assignment) >= levels and len(consumer.assignment) >= 3,
+            timeout_s=60,
+        )
         for body in bodies:
             producer.send(
                 Message(
@@ -209,3 +218,10 @@ def _run(bootstrap: str) -> int:
         else f"FAILED {problems}",
     )
     return 0 if not problems else 1
+
+
+def _wait_for(cond: Any, *, timeout_s: float) -> None:
+    """Wait (bounded) until ``cond()``; the demo goes on either way and reports what it saw."""
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
