@@ -576,7 +576,11 @@ class _ServiceLoop:
             return
         decision = decide_due(entry.info, now_ms=now_ms, levels=self.opts.levels)
         if isinstance(decision, Forward):
-            problem, partitions = self._destination(decision)
+            try:
+                problem, partitions = self._destination(decision)
+            except KafkaException as exc:  # the broker did not answer: not the entry's fault
+                self._lookup_failed(entry, decision.real_topic, exc, now_ms)
+                return
             if problem is not None:
                 self._dead_letter(entry, problem, now_ms)
                 return
@@ -666,6 +670,29 @@ class _ServiceLoop:
         elif isinstance(delivery, ExactlyOnce):
             copy.epoch = delivery.epoch
         delivery.send(copy.entry, copy.record, copy, alone=copy.alone)
+
+    def _lookup_failed(
+        self, entry: Entry, real_topic: str, exc: KafkaException, now_ms: int
+    ) -> None:
+        """Looking ``real_topic`` up failed even after retries (the broker is down or
+        unreachable): the entry is neither forwarded nor dead-lettered.  Its partition is
+        read again from its smallest unsettled entry after a hold; exactly-once, the open
+        transaction aborts too (entries of the partition in it are read again with it)."""
+        tp = entry.tp
+        log.warning(
+            "looking up %s for %s[%d]@%d failed (%s); holding the partition and reading it again",
+            real_topic,
+            tp[0],
+            tp[1],
+            entry.offset,
+            exc,
+        )
+        delivery = self.delivery
+        if isinstance(delivery, ExactlyOnce) and delivery.open:
+            delivery.mark_failed(known=False)
+        rewind = self.engine.failed(entry, now_ms)
+        if rewind is not None:
+            self._apply([rewind])
 
     def _destination(self, fwd: Forward) -> tuple[str | None, int]:
         """``(problem, partitions)`` of a forward's destination (cached; looked up again
