@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,3 +123,36 @@ def pause_change(tp: tuple[str, int], part: Any, reason: str | None) -> Pause | 
         part.paused = False
         return Resume(tp)
     return None
+
+
+_NONE: list[Action] = []  # returned when nothing is to be done (never mutated)
+
+
+def flow_and_offsets(
+    parts: Mapping[TP, Any], dirty: set[TP], flow: FlowLimits, *, store: bool
+) -> list[Action]:
+    """Flow control for the partitions in ``dirty`` and (``store``) their moved offsets, for
+    an engine whose partition states track ``count``, ``nbytes``, ``span``, ``paused`` and
+    ``take_commit()``; ``dirty`` is cleared once the offsets are taken."""
+    actions: list[Action] = _NONE
+    offsets: list[tuple[TP, int]] = []
+    for tp in dirty:
+        part = parts.get(tp)
+        if part is None:
+            continue
+        if store:
+            offset = part.take_commit()
+            if offset is not None:
+                offsets.append((tp, offset))
+        if not part.count and not part.paused:
+            continue  # nothing in flight: nothing to pause
+        change = pause_change(tp, part, flow.reason(part.count, part.nbytes, part.span))
+        if change is not None:
+            actions = actions if actions is not _NONE else []
+            actions.append(change)
+    if store:
+        dirty.clear()
+    if offsets:
+        actions = actions if actions is not _NONE else []
+        actions.append(StoreOffsets(tuple(offsets)))
+    return actions

@@ -43,10 +43,9 @@ from adapter.core.engine.actions import (
     EngineOptions,
     RunWork,
     SendBack,
-    StoreOffsets,
     TimedOut,
     TraceInfo,
-    pause_change,
+    flow_and_offsets,
 )
 from adapter.core.engine.tracking import TP, PartitionState, Work
 from adapter.core.listener import Outcome, timed_out
@@ -287,7 +286,7 @@ class ConcurrentEngine:
             store = now >= self._next_store
             if store:
                 self._next_store = now + self.options.store_interval_s
-            found = self._flow_and_offsets(store=store)
+            found = flow_and_offsets(self._parts, self._dirty, self.options.flow, store=store)
             if found:
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.extend(found)
@@ -340,33 +339,6 @@ class ConcurrentEngine:
             retry.started = [None]
             self._running.append((retry, 0))
             actions.append(RunWork(retry))
-        return actions
-
-    def _flow_and_offsets(self, *, store: bool) -> list[Action]:
-        """Flow control for the partitions that changed, and (``store``) their offsets."""
-        actions: list[Action] = _NO_ACTIONS
-        offsets: list[tuple[TP, int]] = []
-        flow = self.options.flow
-        for tp in self._dirty:
-            part = self._parts.get(tp)
-            if part is None:
-                continue
-            if store:
-                offset = part.take_commit()
-                if offset is not None:
-                    offsets.append((tp, offset))
-            if not part.count and not part.paused:
-                continue  # nothing in flight: nothing to pause
-            reason = flow.reason(part.count, part.nbytes, part.span)
-            change = pause_change(tp, part, reason)
-            if change is not None:
-                actions = actions if actions is not _NO_ACTIONS else []
-                actions.append(change)
-        if store:
-            self._dirty.clear()
-        if offsets:
-            actions = actions if actions is not _NO_ACTIONS else []
-            actions.append(StoreOffsets(tuple(offsets)))
         return actions
 
     # -- introspection ---------------------------------------------------------------------

@@ -50,7 +50,7 @@ from typing import Any
 from adapter.constants import DEFAULT_MAX_RECONSUME_TIMES
 from adapter.core.codec import Failure
 from adapter.core.delay import resolve_max_reconsume_times
-from adapter.core.engine.actions import Action, SendBack, StoreOffsets, pause_change
+from adapter.core.engine.actions import Action, SendBack, flow_and_offsets
 from adapter.core.engine.tracking import TP, Work
 from adapter.core.offsets import FlowLimits
 from adapter.core.publishing import Escalation, Refusal, escalate
@@ -506,7 +506,7 @@ class PullEngine:
             store = now >= self._next_store
             if store:
                 self._next_store = now + self.options.store_interval_s
-            found = self._flow_and_offsets(store=store)
+            found = flow_and_offsets(self._parts, self._dirty, self.options.flow, store=store)
             if found:
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.extend(found)
@@ -556,32 +556,6 @@ class PullEngine:
         if own is None:
             return self.options.max_delivery_attempts
         return resolve_max_reconsume_times(own) + 1
-
-    def _flow_and_offsets(self, *, store: bool) -> list[Action]:
-        actions: list[Action] = _NO_ACTIONS
-        offsets: list[tuple[TP, int]] = []
-        flow = self.options.flow
-        for tp in self._dirty:
-            part = self._parts.get(tp)
-            if part is None:
-                continue
-            if store:
-                offset = part.take_commit()
-                if offset is not None:
-                    offsets.append((tp, offset))
-            if not part.count and not part.paused:
-                continue
-            reason = flow.reason(part.count, part.nbytes, part.span)
-            change = pause_change(tp, part, reason)
-            if change is not None:
-                actions = actions if actions is not _NO_ACTIONS else []
-                actions.append(change)
-        if store:
-            self._dirty.clear()
-        if offsets:
-            actions = actions if actions is not _NO_ACTIONS else []
-            actions.append(StoreOffsets(tuple(offsets)))
-        return actions
 
     # -- introspection ---------------------------------------------------------------------
     def committable(self, tp: TP) -> int | None:
