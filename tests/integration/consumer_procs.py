@@ -124,6 +124,43 @@ def read_log(path: str | os.PathLike[str]) -> list[Record]:
 # --------------------------------------------------------------------------------------------
 
 
+def mark_killed(log: str | os.PathLike[str], pid: int) -> None:
+    """Append a line saying ``pid`` is dead (its open listener calls end here)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{pid} killed - 0 - 0 0 0 0/0\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def overlaps(records: list[Record]) -> list[str]:
+    """Listener calls of two live processes on one partition at the same time."""
+    running: dict[tuple[int, int], list[Any]] = {}  # (pid, batch) -> [topic, partition, left]
+    dead: set[int] = set()
+    found = []
+    for r in records:
+        if r.outcome == "killed":
+            dead.add(r.pid)
+            continue
+        key = (r.pid, r.batch)
+        if r.outcome == "begin":
+            for (pid, batch), (t, p, left) in running.items():
+                if pid != r.pid and pid not in dead and (t, p) == (r.kafka_topic, r.partition):
+                    found.append(
+                        f"{r.pid} began batch {r.batch} on {t}[{p}]@{r.offset} while {pid}'s "
+                        f"batch {batch} had {left} message(s) to go"
+                    )
+            running[key] = [r.kafka_topic, r.partition, r.batch_size]
+            continue
+        entry = running.get(key)
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del running[key]
+    return found
+
+
 def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:

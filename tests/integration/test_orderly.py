@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 import time
 import zlib
@@ -31,7 +30,7 @@ from consumer_helpers import (
     retry_kafka_topic,
     wait_until,
 )
-from consumer_procs import ConsumerProcess, Record, read_log
+from consumer_procs import ConsumerProcess, Record, mark_killed, overlaps, read_log
 
 from adapter import ConfigError, InvalidInputError, PushConsumer
 from adapter.clients.push_consumer import ConsumeOrderlyContext, ConsumeOrderlyStatus
@@ -651,43 +650,6 @@ def _storm_id(key: int, seq: int) -> str:
     return f"k{key:02d}-{seq:05d}"
 
 
-def _mark_killed(log: Any, pid: int) -> None:
-    """Append a line saying ``pid`` is dead (its open listener calls end here)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{pid} killed - 0 - 0 0 0 0/0\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _overlaps(records: list[Record]) -> list[str]:
-    """Listener calls of two live processes on one partition at the same time."""
-    running: dict[tuple[int, int], list[Any]] = {}  # (pid, batch) -> [topic, partition, left]
-    dead: set[int] = set()
-    found = []
-    for r in records:
-        if r.outcome == "killed":
-            dead.add(r.pid)
-            continue
-        key = (r.pid, r.batch)
-        if r.outcome == "begin":
-            for (pid, batch), (t, p, left) in running.items():
-                if pid != r.pid and pid not in dead and (t, p) == (r.kafka_topic, r.partition):
-                    found.append(
-                        f"{r.pid} began batch {r.batch} on {t}[{p}]@{r.offset} while {pid}'s "
-                        f"batch {batch} had {left} message(s) to go"
-                    )
-            running[key] = [r.kafka_topic, r.partition, r.batch_size]
-            continue
-        entry = running.get(key)
-        if entry is not None:
-            entry[2] -= 1
-            if entry[2] <= 0:
-                del running[key]
-    return found
-
-
 def _order_problems(records: list[Record], per_key: int) -> list[str]:
     """Per key, the ``ok`` sequence numbers in log order: each is the next one, or a
     repeat of one first handled by a process killed before the repeat (a crash forces a
@@ -763,7 +725,7 @@ def test_rebalance_storm_keeps_every_key_in_order_with_one_owner_at_a_time(
 
     def crash(name: str) -> None:
         procs[name].kill()
-        _mark_killed(log, procs[name].pid)
+        mark_killed(log, procs[name].pid)
         events.append(f"{name} killed")
 
     def leave(name: str) -> None:
@@ -802,7 +764,7 @@ def test_rebalance_storm_keeps_every_key_in_order_with_one_owner_at_a_time(
             proc.stop(30)
     records = read_log(log)
     assert _order_problems(records, per_key) == [], events
-    assert _overlaps(records) == [], events
+    assert overlaps(records) == [], events
     assert any(r.outcome == "fail" for r in records)
     assert len({r.pid for r in records if r.outcome == "ok"}) >= 3  # the work moved
 

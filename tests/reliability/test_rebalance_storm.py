@@ -21,7 +21,6 @@ file, so its line order is the order in which things happened across the process
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from pathlib import Path
@@ -42,7 +41,7 @@ from consumer_helpers import (  # tests/integration, put on sys.path by rel_comm
     produce,
     retry_kafka_topic,
 )
-from consumer_procs import ConsumerProcess, Record, fails_first, read_log
+from consumer_procs import ConsumerProcess, Record, fails_first, mark_killed, overlaps, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -53,43 +52,6 @@ WAVES = 10
 PER_WAVE = 60
 STEP_S = 3.0  # between two storm events
 EVENT_AFTER_S = 0.5  # from a wave's produce to the event (its retries are still to come)
-
-
-def _mark_killed(log: Path, pid: int) -> None:
-    """Append a line saying ``pid`` is dead (its open listener calls end here)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{pid} killed - 0 - 0 0 0 0/0\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _overlaps(records: list[Record]) -> list[str]:
-    """Listener calls of two live processes on one partition at the same time."""
-    running: dict[tuple[int, int], list[Any]] = {}  # (pid, batch) -> [topic, partition, left]
-    dead: set[int] = set()
-    found = []
-    for r in records:
-        if r.outcome == "killed":
-            dead.add(r.pid)
-            continue
-        key = (r.pid, r.batch)
-        if r.outcome == "begin":
-            for (pid, batch), (t, p, left) in running.items():
-                if pid != r.pid and pid not in dead and (t, p) == (r.kafka_topic, r.partition):
-                    found.append(
-                        f"{r.pid} began batch {r.batch} on {t}[{p}]@{r.offset} while {pid}'s "
-                        f"batch {batch} had {left} message(s) to go"
-                    )
-            running[key] = [r.kafka_topic, r.partition, r.batch_size]
-            continue
-        entry = running.get(key)
-        if entry is not None:
-            entry[2] -= 1
-            if entry[2] <= 0:
-                del running[key]
-    return found
 
 
 def _ok_id(prefix: str) -> str:
@@ -144,7 +106,7 @@ def test_rebalance_storm_loses_nothing_keeps_one_owner_and_leaves_nothing_paused
 
     def crash(name: str) -> None:
         procs[name].kill()
-        _mark_killed(log, procs[name].pid)
+        mark_killed(log, procs[name].pid)
         events.append(f"{name} killed")
 
     def leave(name: str) -> None:
@@ -228,8 +190,8 @@ def test_rebalance_storm_loses_nothing_keeps_one_owner_and_leaves_nothing_paused
     for msg_id in failing:
         assert all(r.reconsume_times >= 1 and r.kafka_topic == retry_topic for r in oks[msg_id])
     # one owner per partition at a time
-    overlaps = _overlaps(records)
-    assert not overlaps, overlaps[:5]
+    found_overlaps = overlaps(records)
+    assert not found_overlaps, found_overlaps[:5]
     # the storm happened: every process handled messages, and partitions changed hands
     pids = {p.pid: n for n, p in procs.items()}
     handled = {pids[r.pid] for r in records if r.outcome == "ok" and r.pid in pids}
