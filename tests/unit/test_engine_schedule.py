@@ -131,14 +131,50 @@ class TestRewind:
         eng.tick(NOW)
         assert fetch(eng, 3, NOW).mark is None  # type: ignore[union-attr]
 
-    def test_an_exactly_once_commit_settles_everything_in_flight(self) -> None:
+    def test_an_exactly_once_commit_settles_what_its_transaction_sent(self) -> None:
         eng = engine()
         for i in range(4):
             fetch(eng, i, NOW if i < 3 else NOW + 10)
-        eng.due(NOW)
-        assert eng.after_inflight(TP) == 3
-        eng.settle_all(TP)
+        for entry in eng.due(NOW):
+            eng.in_transaction(entry)
+        assert eng.txn_offset(TP) == 3
+        eng.txn_committed(TP)
         assert eng.committable(TP) == 3
+        assert eng.txn_offset(TP) is None
+
+    def test_an_exactly_once_commit_never_covers_entries_handed_out_but_not_sent(self) -> None:
+        """An entry sent alone commits its neighbours' transaction first: the entries due
+        in the same pass behind it were handed out but are not in that transaction, so its
+        commit must not carry their offsets (a crash, or an abort that reads the partition
+        again from its committed position, would lose them)."""
+        eng = engine()
+        for i in range(5):
+            fetch(eng, i, NOW)
+        first, alone, *behind = eng.due(NOW)
+        eng.in_transaction(first)
+        assert eng.txn_offset(TP) == 1  # not 5: offsets 1..4 are not in this transaction
+        eng.txn_committed(TP)
+        assert eng.committable(TP) == 1
+        assert eng.inflight(TP) == 4
+        eng.in_transaction(alone)  # its own transaction
+        assert eng.txn_offset(TP) == 2
+        eng.txn_committed(TP)
+        for entry in behind:
+            eng.in_transaction(entry)
+        assert eng.committable(TP) == 2
+        eng.txn_committed(TP)
+        assert eng.committable(TP) == 5 and eng.inflight(TP) == 0
+
+    def test_a_rewind_forgets_the_open_transaction(self) -> None:
+        eng = engine()
+        for i in range(2):
+            fetch(eng, i, NOW)
+        for entry in eng.due(NOW):
+            eng.in_transaction(entry)
+        eng.rewind(TP, 0, NOW, hold_ms=0)
+        assert eng.txn_offset(TP) is None
+        eng.txn_committed(TP)  # a late commit report changes nothing
+        assert eng.committable(TP) == 0
 
 
 class TestFlow:
@@ -200,3 +236,49 @@ def test_the_stored_offset_never_passes_an_entry_not_forwarded(
                 inflight = [e for e in inflight if eng.current(e)]
         for offset in stored(eng.tick(now)).values():
             assert all(o in settled for o in range(offset)), (offset, sorted(settled))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["fetch", "due", "send", "commit", "abort"]),
+                          st.integers(0, 100)), max_size=80))  # fmt: skip
+def test_an_exactly_once_commit_never_passes_an_entry_not_sent_in_a_committed_transaction(
+    events: list[tuple[str, int]],
+) -> None:
+    """Exactly-once: entries are sent in offset order, some in transactions of their own
+    (a commit in the middle of a pass); whatever the interleaving, the offset a transaction
+    commits is never past an entry whose copy is not in a committed transaction."""
+    eng = engine()
+    now = NOW
+    next_offset = 0
+    committed: set[int] = set()
+    open_txn: list[int] = []
+    handed: list[Entry] = []  # due, not sent yet (in offset order)
+    for kind, n in events:
+        now += 7
+        if kind == "fetch":
+            if fetch(eng, next_offset, now + n % 20, seen_ms=now) is not None:
+                next_offset += 1
+        elif kind == "due":
+            handed.extend(eng.due(now))
+        elif kind == "send" and handed:
+            for entry in handed[: 1 + n % 3]:
+                if eng.current(entry):
+                    eng.in_transaction(entry)
+                    open_txn.append(entry.offset)
+            del handed[: 1 + n % 3]
+        elif kind == "commit":
+            offset = eng.txn_offset(TP)
+            committed.update(open_txn)
+            open_txn.clear()
+            if offset is not None:
+                assert all(o in committed for o in range(offset)), (offset, sorted(committed))
+            eng.txn_committed(TP)
+            if (c := eng.committable(TP)) is not None:
+                assert all(o in committed for o in range(c))
+        elif kind == "abort" and open_txn:
+            start = open_txn[0]
+            open_txn.clear()
+            handed.clear()
+            eng.rewind(TP, start, now, hold_ms=0)
+            eng.tick(now)
+            next_offset = start

@@ -9,6 +9,10 @@ once it is below half of that.
 An entry is *in flight* from the moment it is handed out for forwarding until the forward
 is settled (acknowledged; exactly-once: committed with its transaction).  The committable
 offset is the smallest offset in flight, else the first buffered, else the next to fetch.
+Exactly-once, a transaction commits the offset after the last entry *sent in it*
+(:meth:`ScheduleEngine.in_transaction`), never past an entry handed out but not yet sent:
+an entry sent alone commits its neighbours' transaction first, and the entries behind it
+are not in that transaction.
 A forward that fails for a transient reason rewinds the partition to its smallest
 unsettled offset -- never past an entry still awaiting its acknowledgement, which a rewind
 to the failed entry would have skipped -- and holds it for ``retry_after_ms``.
@@ -83,6 +87,7 @@ class LevelPartition:
         "position",
         "stored",
         "tp",
+        "txn_end",
     )
 
     def __init__(self, tp: TP, delay_ms: int, generation: int) -> None:
@@ -96,16 +101,11 @@ class LevelPartition:
         self.held_until: int | None = None  # after a failure: nothing goes before then
         self.flow_paused = False
         self.marks: dict[int, Mark] = {}  # by offset: how to send an entry next time
+        self.txn_end: int | None = None  # the offset after the last one sent in the open txn
 
     def committable(self) -> int | None:
         for offset in self.inflight:
             return offset
-        if self.buffer:
-            return self.buffer[0].offset
-        return self.position
-
-    def after_inflight(self) -> int | None:
-        """The committable offset once everything in flight is settled."""
         if self.buffer:
             return self.buffer[0].offset
         return self.position
@@ -248,14 +248,34 @@ class ScheduleEngine:
             part.marks.pop(entry.offset, None)
             self._dirty.add(entry.tp)
 
-    def settle_all(self, tp: TP) -> None:
-        """Everything in flight on ``tp`` is settled (a committed transaction)."""
+    def in_transaction(self, entry: Entry) -> None:
+        """Exactly-once: ``entry``'s copy was sent in the open transaction (entries of a
+        partition are sent in offset order, so the transaction holds every entry from where
+        it began on that partition up to this one)."""
+        part = self._parts.get(entry.tp)
+        if part is not None and part.generation == entry.generation:
+            end = entry.offset + 1
+            if part.txn_end is None or end > part.txn_end:
+                part.txn_end = end
+
+    def txn_offset(self, tp: TP) -> int | None:
+        """The offset the open transaction commits for ``tp``: the one after the last entry
+        sent in it (``None``: nothing of ``tp`` was sent in it)."""
         part = self._parts.get(tp)
-        if part is not None and part.inflight:
-            for offset in part.inflight:
-                part.marks.pop(offset, None)
-            part.inflight.clear()
-            self._dirty.add(tp)
+        return None if part is None else part.txn_end
+
+    def txn_committed(self, tp: TP) -> None:
+        """The open transaction committed: the entries of ``tp`` sent in it are settled;
+        those handed out after them stay in flight."""
+        part = self._parts.get(tp)
+        if part is None or part.txn_end is None:
+            return
+        end, part.txn_end = part.txn_end, None
+        inflight = part.inflight
+        for offset in [o for o in inflight if o < end]:
+            del inflight[offset]
+            part.marks.pop(offset, None)
+        self._dirty.add(tp)
 
     def mark(self, entry: Entry, mark: Mark) -> None:
         """Remember how ``entry`` must be sent the next time (after a rewind)."""
@@ -295,10 +315,6 @@ class ScheduleEngine:
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)
         return None if part is None else part.committable()
-
-    def after_inflight(self, tp: TP) -> int | None:
-        part = self._parts.get(tp)
-        return None if part is None else part.after_inflight()
 
     # (read from other threads for diagnostics: snapshots that tolerate concurrent changes)
     def inflight(self, tp: TP | None = None) -> int:

@@ -665,10 +665,10 @@ class _ServiceLoop:
             delivery.finish()  # its neighbours commit without it
             if not self.engine.current(copy.entry):
                 return  # that transaction failed: the entry is read again
-        if isinstance(delivery, ExactlyOnce) and not delivery.open:
-            copy.epoch = delivery.epoch + 1  # the transaction send() is about to begin
-        elif isinstance(delivery, ExactlyOnce):
-            copy.epoch = delivery.epoch
+        if isinstance(delivery, ExactlyOnce):
+            # the transaction send() is about to begin, or the open one
+            copy.epoch = delivery.epoch if delivery.open else delivery.epoch + 1
+            self.engine.in_transaction(copy.entry)
         delivery.send(copy.entry, copy.record, copy, alone=copy.alone)
 
     def _lookup_failed(
@@ -801,7 +801,7 @@ class _ServiceLoop:
     def _txn_offsets(self, tps: list[TP]) -> list[Any]:
         out = []
         for tp in tps:
-            offset = self.engine.after_inflight(tp)
+            offset = self.engine.txn_offset(tp)
             if offset is not None:
                 out.append(TopicPartition(tp[0], tp[1], offset))
         return out
@@ -809,7 +809,7 @@ class _ServiceLoop:
     def _committed(self, tps: list[TP]) -> None:
         self.stats.transactions_committed += 1
         for tp in tps:
-            self.engine.settle_all(tp)
+            self.engine.txn_committed(tp)
 
     def _aborted(self, starts: dict[TP, int], known: bool) -> None:
         """A transaction failed: read its partitions again from where it began (``known``:
