@@ -6,11 +6,15 @@
   at once, or after a gRPC-style back-off when it hit flow control (queue full, throttling);
 * an outcome Kafka reports as possibly persisted raises :class:`PossiblyPersistedError`
   and is never resent (``UNIQ_KEY`` lets consumers de-duplicate);
-* one poll thread per producer serves every delivery report, runs every send callback and
-  every delayed resend (a heap of due resends: its poll timeout is the next due time).
-  Nothing sleeps there: a resend that meets flow control on that thread is scheduled, not
-  waited for.  Only a caller's own thread sleeps, when ``send``/``send_async`` back off
-  from a full local queue;
+* one poll thread per producer serves delivery reports, runs send callbacks and every
+  delayed resend (a heap of due resends: its poll timeout is the next due time).  Nothing
+  sleeps there: a resend that meets flow control on that thread is scheduled, not waited
+  for.  Only a caller's own thread sleeps, when ``send``/``send_async`` back off from a
+  full local queue.  While a thread keeps calling ``send_async``, that thread serves the
+  reports that are ready at each call (as a raw confluent-kafka loop calls ``poll(0)``
+  after ``produce``) and the poll thread steps aside: a report served on the poll thread
+  costs a hand-off of the GIL between two busy threads, measured at about half of the
+  throughput;
 * a topic is looked up before its first send; one that is not there yet is looked up
   again until ``topic.metadata.propagation.max.ms`` (librdkafka's bound, 30 s by default)
   has passed since the producer first met it, and only then is an
@@ -101,6 +105,9 @@ _ID_COUNTER_MASK = 0xFFFFFFFFFFFF
 _DEFAULT_PROPAGATION_MS = 30_000
 #: Longest poll: how soon the poll thread notices shutdown.
 _POLL_INTERVAL_S = 0.1
+#: While ``send_async`` is being called, the poll thread looks this often whether the
+#: sender has stopped (then it serves the reports left itself).
+_SENDER_SERVES_S = 0.005
 _UNKNOWN_TOPIC_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
 #: Idle in-flight records a producer keeps for reuse (see ``_Pending``), at most (about
 #: 130 bytes each; as many as are in flight at once is enough):
@@ -439,6 +446,12 @@ class Producer:
         # flush()/shutdown() wait on the poll thread (callbacks stay on it)
         self._progress = threading.Condition()
         self._flush_waiters = 0
+        #: ``send_async`` calls so far (only compared: the poll thread steps aside while it
+        #: moves) and the lock of the one sender serving reports inline at a time
+        self._sends = 0
+        self._serving = threading.Lock()
+        self._inline_ident: int | None = None  # the thread serving reports inline now
+        self._nap = threading.Event()  # never set: the poll thread's short wait
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Producer:
@@ -517,11 +530,16 @@ class Producer:
 
     def _poll_loop(self, client: Any, running: threading.Event) -> None:
         self._poll_ident = threading.get_ident()
+        sends = -1
         while running.is_set():
             timeout = self._run_due()
             try:
                 if self._flush_waiters and len(client):
                     client.flush(timeout)  # a flush is waiting: linger.ms does not apply
+                elif self._sends != sends:
+                    # a thread is sending: it serves the reports (see send_async)
+                    sends = self._sends
+                    self._nap.wait(min(timeout, _SENDER_SERVES_S))
                 else:
                     client.poll(timeout)
             except KafkaException as exc:  # fatal: surfaced by the next send
@@ -532,6 +550,24 @@ class Producer:
             if self._flush_waiters:
                 with self._progress:
                     self._progress.notify_all()
+
+    def _serve_inline(self, client: Any) -> None:
+        """Serve the delivery reports that are ready, on the sending thread (one thread at
+        a time, never inside a callback that sends)."""
+        serving = self._serving
+        if not serving.acquire(False):
+            return
+        self._inline_ident = threading.get_ident()
+        try:
+            client.poll(0)
+        except KafkaException as exc:  # fatal: surfaced by the next send
+            self._errors(exc.args[0])
+            log.error("producer error: %s", exc)
+        except Exception:
+            log.exception("error in a producer callback")
+        finally:
+            self._inline_ident = None
+            serving.release()
 
     def _schedule(self, delay: float, resend: _Resend) -> None:
         due = self.options.clock.monotonic() + delay
@@ -848,7 +884,9 @@ class Producer:
 
     def send_async(self, msg: Message, callback: SendCallback) -> None:
         """Send without waiting; ``callback(result, None)`` or ``callback(None, error)`` runs
-        later, once, on the producer's poll thread.  Errors in building the record raise here,
+        later, once: on the producer's poll thread, or in a later ``send_async`` call on the
+        thread that keeps sending (which serves the reports ready by then, as a raw
+        ``produce`` + ``poll(0)`` loop does).  Errors in building the record raise here,
         and so does a local queue that stays full through the back-off (the caller's thread
         backs off; inside a send callback the resend is scheduled instead and its outcome goes
         to ``callback``).
@@ -895,15 +933,21 @@ class Producer:
                 pending.key = key
                 pending.partition = partition
                 pending.headers = kept
+                self._sends += 1
                 try:
                     client.produce(kafka_topic, body, key, partition, pending, None, 0, headers)
                 except BufferError as exc:
                     self._back_off_at_send(pending, exc)
                 except Exception as exc:
                     raise _produce_error(exc, topic, body, key, msg.partition) from exc
+                self._serve_inline(client)
                 return
         record = self.prepare(msg)
+        self._sends += 1
         self._send_record(record, callback, self.options.retry_times_when_send_async_failed)
+        client = self._client
+        if client is not None:
+            self._serve_inline(client)
 
     def _send_record(self, record: _Record, callback: SendCallback, retries: int) -> None:
         pool = self._pool
@@ -947,14 +991,16 @@ class Producer:
     def _back_off_at_send(self, pending: _Pending, exc: BufferError) -> None:
         """The local queue was full at the first attempt of an asynchronous send.
 
-        On the poll thread (``send_async`` inside a send callback) the resend is scheduled:
-        sleeping there would stop the very delivery reports that drain the queue.  On the
+        Inside a send callback (on the poll thread, or on a sender serving reports inline)
+        the resend is scheduled: sleeping there would stop the very delivery reports that
+        drain the queue.  On the
         caller's own thread the caller backs off (back-pressure), as ``send`` does.  A queue
         that stays full through every retry raises :class:`FlowControlError` here.
         """
         resend = _Resend(pending)
         failure = _queue_full(exc, pending.logical)
-        on_poll_thread = threading.get_ident() == self._poll_ident
+        ident = threading.get_ident()
+        on_poll_thread = ident == self._poll_ident or ident == self._inline_ident
         while (delay := resend.next_delay(failure)) is not None:
             self.stats.retried(pending.logical, flow_control=True)
             if on_poll_thread:

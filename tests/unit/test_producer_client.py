@@ -117,6 +117,9 @@ class FakeKafka:
     delivered_on: list[threading.Thread] = field(default_factory=list)
     delivered_at: list[float] = field(default_factory=list)
     calls: int = 0
+    #: reports wait in ``deferred`` until ``release()`` (the broker has not answered yet)
+    defer: bool = False
+    deferred: list[tuple[Any, Any, FakeRecord]] = field(default_factory=list)
     _ready: list[tuple[Any, Any, FakeRecord]] = field(default_factory=list)
     _held: int = 0
     _offsets: dict[int, int] = field(default_factory=dict)
@@ -167,7 +170,16 @@ class FakeKafka:
             offset = self._offsets.get(part, 0)
             self._offsets[part] = offset + 1
             record = FakeRecord(topic, part, offset, value, key)
+            if self.defer:
+                self.deferred.append((callback or on_delivery, report, record))
+                return
             self._ready.append((callback or on_delivery, report, record))
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._ready.extend(self.deferred)
+            self.deferred.clear()
             self._cond.notify_all()
 
     def poll(self, timeout: float | None = None) -> int:
@@ -188,7 +200,7 @@ class FakeKafka:
         return len(self)
 
     def __len__(self) -> int:
-        return len(self._ready) + self._held
+        return len(self._ready) + len(self.deferred) + self._held
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Metadata:
         assert topic is not None
@@ -273,7 +285,9 @@ def test_definite_failure_is_resent_at_once_from_the_callback_thread(sleeps: Sle
     first, *resends = fake.produced
     assert all(r.headers == first.headers for r in resends), "a resend keeps its UNIQ_KEY"
     assert dict(first.headers)[PROPERTY_UNIQ_KEY] == result.msg_id.encode()
-    assert {r.thread for r in resends} == {got.threads[0]}, "resent on the callback thread"
+    # each resend is produced by the thread that served the failed report (the poll thread,
+    # or the sending thread serving reports inline), at once
+    assert [r.thread for r in resends] == fake.delivered_on[:2], "resent on the callback thread"
     assert sleeps.calls == []
 
 
@@ -477,16 +491,41 @@ def test_new_send_errors_are_documented_public_classes() -> None:
 
 
 def test_callbacks_run_on_the_poll_thread_also_during_flush() -> None:
+    """Reports are served by the poll thread, or inline by the thread that keeps calling
+    ``send_async``; never by a thread that only waits in ``flush``."""
     fake = FakeKafka()
     got = Outcomes()
     with producer(fake) as p:
-        for i in range(50):
-            p.send_async(Message(topic="orders", body=b"%d" % i), got)
+        sender = threading.Thread(
+            target=lambda: [
+                p.send_async(Message(topic="orders", body=b"%d" % i), got) for i in range(50)
+            ]
+        )
+        sender.start()
+        sender.join()
         assert p.flush(5) == 0
         assert len(got.calls) == 50
     caller = threading.current_thread()
-    assert len(set(got.threads)) == 1 and caller not in got.threads
+    assert caller not in got.threads
+    assert set(got.threads) <= {sender, *[t for t in got.threads if t.name == "rmq-producer-poll"]}
     assert set(fake.delivered_on) == set(got.threads)
+
+
+def test_a_sender_serves_reports_inline_and_the_poll_thread_serves_what_is_left() -> None:
+    """While a thread keeps sending, the reports ready at each ``send_async`` are served
+    there; reports that come after the last send are served by the poll thread."""
+    fake = FakeKafka(defer=True)
+    got = Outcomes()
+    caller = threading.current_thread()
+    with producer(fake) as p:
+        p.send_async(Message(topic="orders", body=b"a"), got)
+        fake.release()  # the report is ready before the next send: that send serves it
+        p.send_async(Message(topic="orders", body=b"b"), got)
+        [(result, _)] = got.wait(1)
+        assert got.threads == [caller] and result is not None
+        fake.release()  # the sender has stopped: the poll thread serves this one
+        got.wait(2)
+    assert got.threads[1].name == "rmq-producer-poll"
 
 
 # --------------------------------------------------------------------------------------------
