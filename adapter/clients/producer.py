@@ -1000,7 +1000,7 @@ class Producer:
         resend = _Resend(pending)
         failure = _queue_full(exc, pending.logical)
         ident = threading.get_ident()
-        on_poll_thread = ident == self._poll_ident or ident == self._inline_ident
+        on_poll_thread = ident in (self._poll_ident, self._inline_ident)
         while (delay := resend.next_delay(failure)) is not None:
             self.stats.retried(pending.logical, flow_control=True)
             if on_poll_thread:
