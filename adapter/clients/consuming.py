@@ -454,15 +454,21 @@ class GroupConsumer:
     def _on_result(self, action: SendBack, err: Any, local: bool) -> None:
         """The broker's verdict on a copy (runs on the loop thread, inside ``poll``)."""
         msg = action.msg
-        st = self.stats.topic(msg.topic)
         dest = action.dest
         if err is None:
             self.engine.published(action)
             stats = self.stats
-            if isinstance(dest, DeadLetter):
-                st.dead_lettered += 1
-                key = (msg.topic, dest.reason.value)
-                stats.dead_letters[key] = stats.dead_letters.get(key, 0) + 1
+            topic = msg.topic
+            if dest.__class__ is RetryLater:  # the common case first
+                st = stats.topic(topic)
+                st.sent_back += 1
+                send_backs = stats.send_backs
+                key = (topic, dest.level)
+                send_backs[key] = send_backs.get(key, 0) + 1
+            elif isinstance(dest, DeadLetter):
+                stats.topic(topic).dead_lettered += 1
+                reason = (topic, dest.reason.value)
+                stats.dead_letters[reason] = stats.dead_letters.get(reason, 0) + 1
                 log.warning(
                     "%s: message %s moved to %s (%s)",
                     self.name,
@@ -471,15 +477,13 @@ class GroupConsumer:
                     dest.reason.value,
                 )
             else:
-                st.sent_back += 1
-                level = dest.level if isinstance(dest, RetryLater) else 0
-                stats.send_backs[(msg.topic, level)] = (
-                    stats.send_backs.get((msg.topic, level), 0) + 1
-                )
+                stats.topic(topic).sent_back += 1
+                stats.send_backs[(topic, 0)] = stats.send_backs.get((topic, 0), 0) + 1
             if self.trace is not None:
                 status = TraceStatus.DLQ if isinstance(dest, DeadLetter) else TraceStatus.RETRY
                 self.emit(msg, status, action.info, action.failure, dest)
             return
+        st = self.stats.topic(msg.topic)
         if local:
             action.alone = True  # refused before sending: the verdict is about it alone
         refusal = refusal_of(err)
@@ -791,7 +795,7 @@ class GroupConsumer:
             tags=msg.tags,
             keys=msg.keys,
             batch_size=info.batch_size,
-            batch_index=info.index,
+            batch_index=info.batch_index,
             ack_index=info.ack_index,
             delay_level=dest.level if isinstance(dest, RetryLater) else None,
             consume_rt_ms=info.rt_ms,

@@ -181,22 +181,36 @@ class Failure:
 
 
 def _hop_headers(msg: MessageExt, group: str, failure: Failure | None) -> dict[str, bytes | None]:
-    """Headers common to a retry and a DLQ hop: user headers plus the lineage."""
-    out = user_headers(msg.raw_headers)
-    _put(out, PROPERTY_UNIQ_KEY, msg.msg_id)
-    _put(out, PROPERTY_ORIGIN_MESSAGE_ID, msg.origin_message_id)
-    _put(out, PROPERTY_RETRY_TOPIC, msg.topic)
-    _put(out, PROPERTY_RECONSUME_TIME, msg.reconsume_times + 1)
-    _put(out, HEADER_GROUP, group)
-    _put(out, HEADER_ORIGIN_PARTITION, msg.queue_id)
-    _put(out, HEADER_ORIGIN_OFFSET, msg.queue_offset)
-    if HEADER_ORIGIN_BORN_MS not in out and msg.born_timestamp is not None:
-        _put(out, HEADER_ORIGIN_BORN_MS, msg.born_timestamp)
+    """Headers common to a retry and a DLQ hop: user headers plus the lineage.  (The hot
+    path of every failure: each value is encoded once, straight into the dict.)"""
+    out: dict[str, bytes | None] = {}
+    system = SYSTEM_HEADERS
+    hdr = msg.decoded()
+    for key, value in hdr.raw:
+        if key in system:
+            continue
+        out.pop(key, None)  # the last value of a repeated header wins, at the end
+        out[key] = value
+    msg_id = hdr.msg_id
+    out[PROPERTY_UNIQ_KEY] = msg_id.encode()
+    out[PROPERTY_ORIGIN_MESSAGE_ID] = (
+        hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or msg_id
+    ).encode()
+    out[PROPERTY_RETRY_TOPIC] = msg.topic.encode()
+    out[PROPERTY_RECONSUME_TIME] = b"%d" % (hdr.reconsume_times + 1)
+    out[HEADER_GROUP] = group.encode()
+    out[HEADER_ORIGIN_PARTITION] = b"%d" % msg.queue_id
+    out[HEADER_ORIGIN_OFFSET] = b"%d" % msg.queue_offset
+    if HEADER_ORIGIN_BORN_MS not in out:
+        born = msg.born_timestamp
+        if born is not None:
+            out[HEADER_ORIGIN_BORN_MS] = b"%d" % born
     if failure is not None:
-        _put(out, HEADER_FAILURE_TYPE, failure.type)
-        _put(out, HEADER_FAILURE_MESSAGE, failure.truncated())
-    if msg.header_errors:
-        _put(out, HEADER_MALFORMED, "; ".join(msg.header_errors)[:FAILURE_MESSAGE_MAX_CHARS])
+        out[HEADER_FAILURE_TYPE] = failure.type.encode()
+        out[HEADER_FAILURE_MESSAGE] = failure.truncated().encode()
+    errors = hdr.errors
+    if errors:
+        out[HEADER_MALFORMED] = "; ".join(errors)[:FAILURE_MESSAGE_MAX_CHARS].encode()
     return out
 
 
@@ -209,14 +223,15 @@ def retry_headers(
     due_ms: int,
     failure: Failure | None,
 ) -> list[tuple[str, bytes | None]]:
-    """A send-back to the delay topic of ``level``, bound for the group's retry topic."""
-    return schedule_headers(
-        _hop_headers(msg, group, failure),
-        real_topic=retry_topic,
-        real_queue_id=None,
-        level=level,
-        due_ms=due_ms,
-    )
+    """A send-back to the delay topic of ``level``, bound for the group's retry topic
+    (what :func:`schedule_headers` adds, added in place)."""
+    out = _hop_headers(msg, group, failure)
+    out[PROPERTY_REAL_TOPIC] = retry_topic.encode()
+    out.pop(PROPERTY_REAL_QUEUE_ID, None)
+    out[PROPERTY_DELAY_TIME_LEVEL] = b"%d" % level
+    out[HEADER_DUE_MS] = b"%d" % due_ms
+    out.pop(PROPERTY_TIMER_DELIVER_MS, None)
+    return list(out.items())
 
 
 def straight_retry_headers(

@@ -40,23 +40,7 @@ class HeaderView:
     def read(cls, headers: Iterable[tuple[str, bytes | None]] | None) -> HeaderView:
         if not headers:
             return EMPTY_VIEW
-        raw = headers if isinstance(headers, tuple) else tuple(headers)
-        text: dict[str, str] = {}
-        errors: list[str] | None = None
-        for key, value in raw:
-            if key in text:
-                errors = errors or []
-                errors.append(f"duplicate header {key}: last value wins")
-            if value is None:
-                text.pop(key, None)
-                continue
-            try:
-                text[key] = value.decode("utf-8")
-            except UnicodeDecodeError:
-                text[key] = value.decode("utf-8", "replace")
-                errors = errors or []
-                errors.append(f"header {key} is not UTF-8: shown with U+FFFD, kept byte-exact")
-        return cls(raw, text, tuple(errors) if errors else ())
+        return cls(*read_headers(headers))
 
     def last_raw(self) -> dict[str, bytes | None]:
         out: dict[str, bytes | None] = {}
@@ -67,6 +51,30 @@ class HeaderView:
 
 
 EMPTY_VIEW = HeaderView((), {}, ())
+
+
+def read_headers(
+    headers: Iterable[tuple[str, bytes | None]],
+) -> tuple[tuple[RawHeader, ...], dict[str, str], tuple[str, ...]]:
+    """``(raw, text, errors)`` of :class:`HeaderView`, without making one (the consumers'
+    hot path reads every message's headers this way)."""
+    raw = headers if isinstance(headers, tuple) else tuple(headers)
+    text: dict[str, str] = {}
+    errors: list[str] | None = None
+    for key, value in raw:
+        if key in text:
+            errors = errors or []
+            errors.append(f"duplicate header {key}: last value wins")
+        if value is None:
+            text.pop(key, None)
+            continue
+        try:
+            text[key] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            text[key] = value.decode("utf-8", "replace")
+            errors = errors or []
+            errors.append(f"header {key} is not UTF-8: shown with U+FFFD, kept byte-exact")
+    return raw, text, tuple(errors) if errors else ()
 
 
 def header_text(headers: Iterable[tuple[str, bytes | None]] | None, name: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from adapter.constants import (
     HEADER_ORIGIN_BORN_MS,
@@ -23,7 +23,7 @@ from adapter.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
-from adapter.core.headers import EMPTY_VIEW, HeaderView, RawHeader, parse_non_negative
+from adapter.core.headers import RawHeader, parse_non_negative, read_headers
 
 __all__ = [
     "Fields",
@@ -136,9 +136,8 @@ class Fields:
         return self.timestamp_
 
 
-@dataclass(slots=True)
-class _Decoded:
-    """What the headers say, read once."""
+class _Decoded(NamedTuple):
+    """What the headers say, read once (a named tuple: one is made per message read)."""
 
     msg_id: str
     tags: str | None
@@ -232,14 +231,22 @@ class MessageExt:
         except AttributeError:
             pass
         rec = self._rec
-        view = HeaderView.read(rec.headers())
-        props = view.text if view is not EMPTY_VIEW else {}  # never share the empty dict
-        errors = list(view.errors)
+        headers = rec.headers()
+        if headers:
+            raw, props, read_errors = read_headers(headers)
+        else:
+            raw, props, read_errors = (), {}, ()  # never share an empty dict
+        errors = list(read_errors) if read_errors else []
         msg_id = props.get(PROPERTY_UNIQ_KEY) or f"{rec.topic()}:{rec.partition()}:{rec.offset()}"
-        raw = props.get(PROPERTY_RECONSUME_TIME)
-        times = parse_non_negative(raw)
-        if times is None and raw is not None:
-            errors.append(f"{PROPERTY_RECONSUME_TIME}={raw!r} is not a count: read as 0")
+        rt = props.get(PROPERTY_RECONSUME_TIME)
+        if rt is None:
+            times: int | None = 0
+        elif rt.isdigit() and rt.isascii() and len(rt) <= 19:  # the common case
+            times = int(rt)
+        else:
+            times = parse_non_negative(rt)
+        if times is None:
+            errors.append(f"{PROPERTY_RECONSUME_TIME}={rt!r} is not a count: read as 0")
         max_raw = props.get(PROPERTY_MAX_RECONSUME_TIMES)
         if max_raw is not None and _max_reconsume(max_raw) is None:
             errors.append(
@@ -257,12 +264,15 @@ class MessageExt:
             props.get(PROPERTY_TAGS),
             props.get(PROPERTY_KEYS),
             props,
-            view.raw,
+            raw,
             tuple(errors),
             times or 0,
             original,
         )
         return hdr
+
+    #: what the headers say, decoded once (the codec builds hop headers from it)
+    decoded = _decoded
 
     def _timestamps(self) -> tuple[int | None, int | None]:
         kind, value = self._rec.timestamp()

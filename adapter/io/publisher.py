@@ -28,6 +28,8 @@ from adapter.core.hops import OutRecord
 from adapter.io.config import producer_config, require_setting
 from adapter.io.errors import FatalErrorWatch, make_client
 
+_ANY_PARTITION = -1  # librdkafka's partitioner picks one
+
 log = logging.getLogger("adapter.publisher")
 
 #: ``on_result(token, error, local)``: see the module docstring.
@@ -105,20 +107,15 @@ class Publisher:
         def on_delivery(err: Any, _msg: Any) -> None:
             on_result(token, err, False)
 
-        kwargs: dict[str, Any] = {
-            "value": record.value,
-            "key": record.key,
-            "headers": record.headers,
-            "on_delivery": on_delivery,
-        }
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
+        topic, value, key, headers, partition = record
+        if partition is None:
+            partition = _ANY_PARTITION
         try:
-            producer.produce(record.topic, **kwargs)
+            producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
         except BufferError:
             producer.poll(0)  # serve delivery reports, which frees room, then try once more
             try:
-                producer.produce(record.topic, **kwargs)
+                producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
             except BufferError as exc:
                 full = KafkaError(KafkaError._QUEUE_FULL, f"local producer queue full: {exc}")
                 on_result(token, full, False)

@@ -836,3 +836,78 @@ class TestRedriveHeaders:
             HEADER_BODY_OMITTED,
         ):
             assert gone not in out, gone
+
+
+# --- the hot path against its plain definition -----------------------------------------------
+
+
+def _spec_retry_headers(
+    msg: MessageExt, *, group: str, level: int, due_ms: int, failure: Failure | None
+) -> list[tuple[str, bytes | None]]:
+    """What a retry copy's headers are, written plainly: the user headers (last value per
+    key, system ones dropped), the lineage, then the delay-topic entry's own."""
+    out = dict(HeaderView.read(msg.raw_headers).last_raw())
+    for key in SYSTEM_HEADERS:
+        out.pop(key, None)
+
+    def put(key: str, value: object) -> None:
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = str(value).encode("utf-8")
+
+    put(PROPERTY_UNIQ_KEY, msg.msg_id)
+    put(PROPERTY_ORIGIN_MESSAGE_ID, msg.origin_message_id)
+    put(PROPERTY_RETRY_TOPIC, msg.topic)
+    put(PROPERTY_RECONSUME_TIME, msg.reconsume_times + 1)
+    put(HEADER_GROUP, group)
+    put(HEADER_ORIGIN_PARTITION, msg.queue_id)
+    put(HEADER_ORIGIN_OFFSET, msg.queue_offset)
+    if HEADER_ORIGIN_BORN_MS not in out:
+        put(HEADER_ORIGIN_BORN_MS, msg.born_timestamp)
+    if failure is not None:
+        put(HEADER_FAILURE_TYPE, failure.type)
+        put(HEADER_FAILURE_MESSAGE, failure.truncated())
+    if msg.header_errors:
+        put(HEADER_MALFORMED, "; ".join(msg.header_errors)[:FAILURE_MESSAGE_MAX_CHARS])
+    put(PROPERTY_REAL_TOPIC, retry_topic(group))
+    put(PROPERTY_REAL_QUEUE_ID, None)
+    put(PROPERTY_DELAY_TIME_LEVEL, level)
+    put(HEADER_DUE_MS, due_ms)
+    put(PROPERTY_TIMER_DELIVER_MS, None)
+    return list(out.items())
+
+
+_header_names = st.sampled_from(
+    [
+        "user",
+        "other",
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_ORIGIN_MESSAGE_ID,
+        PROPERTY_REAL_QUEUE_ID,
+        HEADER_ORIGIN_BORN_MS,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        HEADER_FAILURE_TYPE,
+    ]
+)
+_header_values = st.none() | st.sampled_from([b"1", b"12", b" 3", b"x", b"\xff", b"", b"-1"])
+
+
+@given(
+    headers=st.lists(st.tuples(_header_names, _header_values), max_size=8),
+    failure=st.none() | st.builds(Failure, st.sampled_from(["E", ""]), st.text(max_size=3)),
+    retry_record=st.booleans(),
+)
+def test_retry_headers_are_their_plain_definition(
+    headers: list[tuple[str, bytes | None]], failure: Failure | None, retry_record: bool
+) -> None:
+    """The send-back headers are built straight into one dict on the hot path; whatever the
+    headers of the message, they equal the plain definition, in the same order."""
+    kafka_topic = RETRY_KAFKA_TOPIC if retry_record else "orders"
+    if retry_record:
+        headers = [(PROPERTY_RETRY_TOPIC, b"orders"), *headers]
+    msg = record(headers, kafka_topic=kafka_topic)
+    got = retry(msg, failure=failure, level=4, due_ms=1_234)
+    spec = record(headers, kafka_topic=kafka_topic)
+    assert got == _spec_retry_headers(spec, group=GROUP, level=4, due_ms=1_234, failure=failure)

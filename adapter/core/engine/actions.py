@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels
@@ -30,12 +30,12 @@ class EngineOptions:
     store_interval_s: float = 0.02
 
 
-@dataclass(frozen=True, slots=True)
-class TraceInfo:
-    """Where a message was in its listener batch (for traces and logs)."""
+class TraceInfo(NamedTuple):
+    """Where a message was in its listener batch (for traces and logs).  A named tuple:
+    one is made per failed message, on the hot path."""
 
     batch_size: int
-    index: int
+    batch_index: int
     ack_index: int | None
     rt_ms: float | None
 

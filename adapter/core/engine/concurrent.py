@@ -50,7 +50,7 @@ from adapter.core.engine.actions import (
 from adapter.core.engine.tracking import TP, PartitionState, Work
 from adapter.core.listener import Outcome, timed_out
 from adapter.core.publishing import Escalation, Refusal, escalate
-from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
+from adapter.core.routing import DeadLetter, DeadLetterReason, Destination, route_failed
 
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
 
@@ -192,28 +192,36 @@ class ConcurrentEngine:
                 self._settle(part, origin, batch[i])
         actions: list[Action] = []
         rt_ms = rt_s * 1000
+        opts = self.options
+        size, ack_index, failure = len(batch), outcome.ack_index, outcome.failure
+        tp, generation, home = part.tp, part.generation, work.home
+        # the messages of a batch mostly share their count and limit: route each pair once
+        routes: dict[tuple[int, int | None], Destination] = {}
         for i in outcome.failed:
             msg = batch[i]
-            info = TraceInfo(len(batch), i, outcome.ack_index, rt_ms)
-            if not self.options.clustering:
+            info = TraceInfo(size, i, ack_index, rt_ms)
+            if not opts.clustering:
                 if origin is None:
                     part.count -= 1
                 else:
                     self._settle(part, origin, msg)
-                actions.append(Dropped(part.tp, msg, outcome.failure, info))
+                actions.append(Dropped(tp, msg, failure, info))
                 continue
-            dest = route_failed(
-                reconsume_times=msg.reconsume_times,
-                max_reconsume_times=self.options.max_reconsume_times,
-                delay_level_when_next_consume=outcome.delay_level,
-                levels=self.options.levels,
-                message_max_reconsume_times=msg.max_reconsume_times,
-            )
-            action = SendBack(part.tp, part.generation, work.home, msg, dest, outcome.failure, info)
-            home = work.home
-            if home.holder(msg.queue_offset) is None:
+            times, limit = msg.reconsume_times, msg.max_reconsume_times
+            dest = routes.get((times, limit))
+            if dest is None:
+                dest = routes[times, limit] = route_failed(
+                    reconsume_times=times,
+                    max_reconsume_times=opts.max_reconsume_times,
+                    delay_level_when_next_consume=outcome.delay_level,
+                    levels=opts.levels,
+                    message_max_reconsume_times=limit,
+                )
+            action = SendBack(tp, generation, home, msg, dest, failure, info)
+            offset = msg.queue_offset
+            if home.holder(offset) is None:
                 part.nbytes += len(msg.body)
-            home.hold(msg.queue_offset, action)
+            home.hold(offset, action)
             actions.append(action)
         return actions
 
