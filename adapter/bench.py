@@ -316,8 +316,8 @@ class Bench:
         sync_n = max(200, n // 100)
         for _ in range(self.repeats):
             topic = self.topic()
-            # the same settings the adapter's Producer uses (idempotent, linger 0)
-            raw = RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 0})
+            # the same settings the adapter's Producer uses (idempotent, linger 5 ms)
+            raw = RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 5})
 
             def raw_async() -> tuple[int, float, float]:
                 acked = [0]
@@ -493,26 +493,14 @@ class Bench:
         levels = DelayLevels.parse(BENCH_LEVELS)
         ensure_topics(self.config, plan_topics(delay_levels=levels, namespace=ns, partitions=1))
         total = int(seconds * rate)
+        # the floor this machine puts under the figure: the same pipe without the adapter
+        raw = self._raw_hop(seconds, rate, warmup_s)
         service = ServiceProcess(self.config, ns, delivery)
         reader: subprocess.Popen[str] | None = None
         try:
             service.wait_assigned(60)
             steady_from = int(time.time() * 1000 + (warmup_s + 1.0) * 1000)
-            reader = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "adapter.bench",
-                    "--lateness-reader",
-                    self.config["bootstrap.servers"],
-                    real,
-                    str(total),
-                    str(steady_from),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
+            reader = self._lateness_reader(real, total, steady_from)
             with Producer(self.config, delay_levels=BENCH_LEVELS, namespace=ns) as p:
                 t0 = time.perf_counter()
                 for i in range(total):
@@ -529,8 +517,74 @@ class Bench:
             if reader is not None and reader.poll() is None:
                 reader.kill()
             own = service.stop()
-        sc.extra = {"sent": total, **figures, "service_forward_lateness_ms": own.get("lateness_ms")}
+        sc.extra = {
+            "sent": total,
+            **figures,
+            "service_forward_lateness_ms": own.get("lateness_ms"),
+            "raw_pipe_lateness_ms": {k: raw.get(f"lateness_ms_{k}") for k in ("p50", "p99", "max")},
+        }
         return sc
+
+    def _lateness_reader(self, topic: str, total: int, steady_from_ms: int) -> Any:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "adapter.bench",
+                "--lateness-reader",
+                self.config["bootstrap.servers"],
+                topic,
+                str(total),
+                str(steady_from_ms),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def _raw_hop(self, seconds: float, rate: int, warmup_s: float) -> dict[str, Any]:
+        """The same shape without the adapter: a raw idempotent producer (``linger.ms=5``)
+        sends at ``rate``, each record due when it is sent, to a topic that a raw forwarder
+        process (consume, produce at once, store offsets) passes on to the topic the
+        lateness reader reads: two Kafka hops and as many processes as the service's
+        figure, so it shows what this machine adds by itself."""
+        src, dst = self.topic(), self.topic()
+        total = int(seconds * rate)
+        steady_from = int(time.time() * 1000 + warmup_s * 1000)
+        forwarder = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "adapter.bench",
+                "--raw-forwarder",
+                self.config["bootstrap.servers"],
+                src,
+                dst,
+                str(total),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        reader = self._lateness_reader(dst, total, steady_from)
+        raw = RawProducer({**self.config, "enable.idempotence": True, "linger.ms": 5})
+        try:
+            t0 = time.perf_counter()
+            for i in range(total):
+                now = b"%d" % int(time.time() * 1000)
+                raw.produce(src, b"x" * 100, headers=[(HEADER_DUE_MS, now)])
+                raw.poll(0)
+                delay = t0 + (i + 1) / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            raw.flush(30)
+            out, _ = reader.communicate(timeout=120)
+            return dict(json.loads(out.strip().splitlines()[-1]))
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            return {}
+        finally:
+            for child in (reader, forwarder):
+                if child.poll() is None:
+                    child.kill()
 
     # -- memory ----------------------------------------------------------------------------
     def rss_scenario(self, backlog: int) -> Scenario:
@@ -616,6 +670,38 @@ class ServiceProcess:
             return dict(json.loads(out.strip().splitlines()[-1]))
         except (IndexError, ValueError):
             return {}
+
+
+def _raw_forwarder(bootstrap: str, src: str, dst: str, total: int) -> None:
+    """Child process: a raw consume -> produce pipe (offsets stored per fetch), the baseline
+    of the lateness figures."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fwd-{_uid()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.offset.store": False,
+            **RAW_FETCH_SETTINGS,
+        }
+    )
+    p = RawProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    c.subscribe([src])
+    done = [0]
+
+    def acked(err: Any, msg: Any) -> None:
+        if err is None:
+            done[0] += 1
+
+    deadline = time.time() + 120
+    while done[0] < total and time.time() < deadline:
+        msgs = [m for m in consume_available(c, 500, 0.05) if m.error() is None]
+        for m in msgs:
+            p.produce(dst, m.value(), m.key(), headers=m.headers(), on_delivery=acked)
+        p.poll(0)
+        if msgs:
+            c.store_offsets(message=msgs[-1])
+    p.flush(30)
+    c.close()
 
 
 def _lateness_reader(bootstrap: str, topic: str, total: int, steady_from_ms: int) -> None:
@@ -879,5 +965,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--rss-child":
         _rss_child(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--raw-forwarder":
+        _raw_forwarder(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif len(sys.argv) == 6 and sys.argv[1] == "--lateness-reader":
         _lateness_reader(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

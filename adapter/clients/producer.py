@@ -105,6 +105,9 @@ _ID_COUNTER_MASK = 0xFFFFFFFFFFFF
 _DEFAULT_PROPAGATION_MS = 30_000
 #: Longest poll: how soon the poll thread notices shutdown.
 _POLL_INTERVAL_S = 0.1
+#: A synchronous send flushes its record in slices this long and checks its report between
+#: (the poll thread may serve it: a flush then waits out its slice for nothing).
+_FLUSH_SLICE_S = 0.001
 #: While ``send_async`` is being called, the poll thread looks this often whether the
 #: sender has stopped (then it serves the reports left itself).
 _SENDER_SERVES_S = 0.005
@@ -357,6 +360,8 @@ class _Resend:
             self.failed(_queue_full(exc, p.logical))
         except Exception as exc:  # delivered to the callback, never lost silently
             _safe_call(p.callback, None, _produce_error(exc, p.logical, p.value))
+        else:
+            p.producer._kick()
 
     def delivered(self, err: Any, kmsg: Any) -> None:
         """The delivery report of a resend."""
@@ -411,9 +416,11 @@ class Producer:
         conf = producer_config(check_kafka_config(config, "producer"))
         require_setting(conf, "enable.idempotence", True, "sends must not create duplicates")
         conf.setdefault("message.timeout.ms", self.options.send_msg_timeout_ms)
-        # a sync send waits for its own acknowledgement: do not add linger to it (librdkafka
-        # still batches whatever queues up while a request is in flight)
-        conf.setdefault("linger.ms", 0)
+        # librdkafka's and Kafka's own default: asynchronous sends go in batches (at
+        # linger.ms=0 each record of a steady stream became a request of its own: at
+        # 2000/s the broker's load and pauses made forwarded messages 200+ ms late, p99);
+        # a synchronous send waives it for its record (see _push)
+        conf.setdefault("linger.ms", 5)
         self._errors = FatalErrorWatch(conf.get("error_cb"))
         conf["error_cb"] = self._errors
         self._config = conf
@@ -452,6 +459,11 @@ class Producer:
         self._serving = threading.Lock()
         self._inline_ident: int | None = None  # the thread serving reports inline now
         self._nap = threading.Event()  # never set: the poll thread's short wait
+        #: the idle poll thread waits on ``_wake`` (set by :meth:`_kick`) instead of polling
+        self._idle = False
+        self._wake = threading.Event()
+        #: threads in a synchronous send that serve their own report (see ``_push``)
+        self._pushers: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Producer:
@@ -509,6 +521,7 @@ class Producer:
         limit = self.options.send_msg_timeout_ms / 1000 + 1 if timeout is None else timeout
         left = self._wait_sent(client, limit)
         running.clear()
+        self._wake.set()
         if poller is not None and poller is not threading.current_thread():
             poller.join(timeout=5)
         if self._live is client:
@@ -531,6 +544,7 @@ class Producer:
     def _poll_loop(self, client: Any, running: threading.Event) -> None:
         self._poll_ident = threading.get_ident()
         sends = -1
+        wake = self._wake
         while running.is_set():
             timeout = self._run_due()
             try:
@@ -541,7 +555,17 @@ class Producer:
                     sends = self._sends
                     self._nap.wait(min(timeout, _SENDER_SERVES_S))
                 else:
-                    client.poll(timeout)
+                    self._idle = True  # before looking: a send from now on wakes us
+                    if len(client) and not self._pushers:
+                        client.poll(timeout)
+                    else:
+                        # nothing in flight, or only synchronous sends, which serve their
+                        # own reports (two threads polling race for each report): serve
+                        # what is ready (errors) and wait to be woken
+                        client.poll(0)
+                        wake.wait(timeout)
+                    self._idle = False
+                    wake.clear()
             except KafkaException as exc:  # fatal: surfaced by the next send
                 self._errors(exc.args[0])
                 log.error("producer error: %s", exc)
@@ -550,6 +574,11 @@ class Producer:
             if self._flush_waiters:
                 with self._progress:
                     self._progress.notify_all()
+
+    def _kick(self) -> None:
+        """A record (or a flush, a resend) needs the poll thread: wake it if it is idle."""
+        if self._idle:
+            self._wake.set()
 
     def _serve_inline(self, client: Any) -> None:
         """Serve the delivery reports that are ready, on the sending thread (one thread at
@@ -573,6 +602,7 @@ class Producer:
         due = self.options.clock.monotonic() + delay
         with self._due_lock:
             heapq.heappush(self._due, (due, next(self._due_seq), resend))
+        self._kick()
 
     def _run_due(self) -> float:
         """Send the resends that are due; returns the poll timeout until the next one."""
@@ -602,6 +632,7 @@ class Producer:
             return len(client) + len(self._due)
         with self._progress:
             self._flush_waiters += 1
+            self._kick()
             try:
                 while True:
                     left = len(client) + len(self._due)
@@ -803,7 +834,13 @@ class Producer:
     def _attempt(self, record: _Record, timeout: float) -> SendResult:
         """One attempt of a synchronous send: produce, wait for its delivery report."""
         report = _Report()
-        self._produce(record, report)
+        ident = threading.get_ident()
+        self._pushers.add(ident)  # before producing: the poll thread keeps out of the way
+        try:
+            self._produce(record, report)
+            self._push(report, timeout)
+        finally:
+            self._pushers.discard(ident)
         if not report.wait(timeout):
             raise SendTimeoutError(
                 f"no answer from the broker for the send to {record.logical_topic!r} "
@@ -816,6 +853,30 @@ class Producer:
             sent[record.logical_topic] = sent.get(record.logical_topic, 0) + 1
             return _send_ok(record.msg_id, record.logical_topic, kmsg.partition(), kmsg.offset())
         raise _classify(report.err, kmsg, record.logical_topic)
+
+    def _push(self, report: _Report, timeout: float) -> None:
+        """A synchronous send does not wait out ``linger.ms``: while its record is the only
+        one in flight, this thread flushes it (which sends at once) and serves the reports
+        that come meanwhile; with other records in flight it goes with their batches and
+        the poll thread (or a sending thread) serves its report."""
+        client = self._client
+        serving = self._serving
+        if client is None or len(client) > 1 or not serving.acquire(False):
+            self._pushers.discard(threading.get_ident())
+            self._kick()  # the poll thread (or a sending thread) serves it
+            return
+        self._inline_ident = threading.get_ident()
+        try:
+            deadline = time.monotonic() + timeout
+            while not report.done() and (left := deadline - time.monotonic()) > 0:
+                client.flush(min(left, _FLUSH_SLICE_S))
+        except KafkaException as exc:  # fatal: surfaced by this send's report or the next
+            self._errors(exc.args[0])
+        except Exception:
+            log.exception("error in a producer callback")
+        finally:
+            self._inline_ident = None
+            serving.release()
 
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's acknowledgement."""
@@ -940,6 +1001,8 @@ class Producer:
                     self._back_off_at_send(pending, exc)
                 except Exception as exc:
                     raise _produce_error(exc, topic, body, key, msg.partition) from exc
+                if self._idle:
+                    self._wake.set()
                 self._serve_inline(client)
                 return
         record = self.prepare(msg)
@@ -987,15 +1050,16 @@ class Producer:
             raise _produce_error(
                 exc, record.logical_topic, record.value, record.key, record.partition
             ) from exc
+        self._kick()
 
     def _back_off_at_send(self, pending: _Pending, exc: BufferError) -> None:
         """The local queue was full at the first attempt of an asynchronous send.
 
         Inside a send callback (on the poll thread, or on a sender serving reports inline)
         the resend is scheduled: sleeping there would stop the very delivery reports that
-        drain the queue.  On the
-        caller's own thread the caller backs off (back-pressure), as ``send`` does.  A queue
-        that stays full through every retry raises :class:`FlowControlError` here.
+        drain the queue.  On the caller's own thread the caller backs off (back-pressure),
+        as ``send`` does.  A queue that stays full through every retry raises
+        :class:`FlowControlError` here.
         """
         resend = _Resend(pending)
         failure = _queue_full(exc, pending.logical)
@@ -1052,6 +1116,9 @@ class _Report:
 
     def wait(self, timeout: float) -> bool:
         return self._done.acquire(timeout=max(timeout, 0.0))
+
+    def done(self) -> bool:
+        return not self._done.locked()
 
 
 def _queue_full(exc: BufferError, logical: str) -> FlowControlled:
