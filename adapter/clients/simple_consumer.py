@@ -323,6 +323,10 @@ class _LockedEngine:
         with self._lock:
             return self.engine.committable(tp)
 
+    def store_failed(self, tps: list[TP]) -> None:
+        with self._lock:
+            self.engine.store_failed(tps)
+
     def in_flight(self, tp: TP) -> int:
         with self._lock:
             return self.engine.in_flight(tp)

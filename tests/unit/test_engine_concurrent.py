@@ -368,15 +368,22 @@ class TestBroadcasting:
 
 
 class TestFlowControl:
-    def test_pause_above_the_count_limit_and_resume_below(self) -> None:
-        eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
-        work = eng.fetched(TP, msgs(0, 5), end=5, pooled=True)
+    def test_pause_above_the_count_limit_and_resume_below_half_of_it(self) -> None:
+        """Resuming discards what librdkafka fetched ahead: a partition that dips just
+        under the limit stays paused until it is below half of it, or it would pause and
+        resume (and fetch everything twice) at every batch."""
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=4, max_bytes=10**9, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 6), end=6, pooled=True)
         assert work is not None
         [pause] = of(Pause, eng.tick(0.0))
-        assert pause.tp == TP and "5 messages in flight > 3" in pause.reason
-        eng.completed(work, 0, None, 0.0)
-        eng.completed(work, 1, None, 0.0)
-        assert of(Resume, eng.tick(0.0)) == [Resume(TP)]
+        assert pause.tp == TP and "6 messages in flight > 4" in pause.reason
+        for i in range(2):
+            eng.completed(work, i, None, 0.0)
+        assert of(Resume, eng.tick(0.0)) == []  # 4 in flight: at the limit, not below half
+        assert eng.paused() == [TP]
+        eng.completed(work, 2, None, 0.0)
+        eng.completed(work, 3, None, 0.0)
+        assert of(Resume, eng.tick(0.0)) == [Resume(TP)]  # 2 in flight: half
         assert eng.paused() == []
 
     def test_pause_on_the_offset_span_of_a_held_message(self) -> None:
@@ -481,3 +488,14 @@ def test_the_stored_offset_never_passes_an_unsettled_message(
             copies.clear()
             last_stored = -1
         run(eng.tick(now))
+
+
+def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
+    """``store_offsets`` fails for a partition between assignments; taken as stored, the
+    offset was never stored again and the group's committed offset stayed behind."""
+    eng = engine()
+    eng.fetched(TP, [], 10)  # filtered out: settled at once
+    assert stored(eng.tick(0.0)) == {TP: 10}
+    assert stored(eng.tick(1.0)) == {}
+    eng.store_failed([TP])
+    assert stored(eng.tick(2.0)) == {TP: 10}

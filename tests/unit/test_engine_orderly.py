@@ -627,3 +627,14 @@ def test_offsets_never_pass_an_unsettled_message_and_order_never_goes_back(
             break
     assert not unsettled, sorted(unsettled)
     assert eng.committable(TP) == (next_offset if fetched_any else None)
+
+
+def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
+    eng = engine()
+    work = eng.fetched(TP, msgs(100, 5), end=105)
+    assert work is not None
+    eng.completed(work, 3, None, now=0.0)
+    assert stored(eng.tick(0.0)) == {TP: 105}
+    assert stored(eng.tick(1.0)) == {}
+    eng.store_failed([TP])
+    assert stored(eng.tick(2.0)) == {TP: 105}

@@ -259,12 +259,15 @@ class TestExpiry:
 
 
 class TestFlowAndOffsets:
-    def test_pause_while_too_much_is_in_flight_and_resume_below(self) -> None:
+    def test_pause_while_too_much_is_in_flight_and_resume_below_half(self) -> None:
         eng = engine(flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=100))
         fetch(eng, TP, 0, 4)
         assert Pause(TP, "4 messages in flight > 3") in eng.tick(0.0)
         handles = eng.receive(4, 30.0, now=0.0)
         eng.ack(handles[0], now=0.1)
+        assert not [a for a in eng.tick(0.1) if isinstance(a, Resume)]  # 3: not below half
+        eng.ack(handles[1], now=0.1)
+        eng.ack(handles[2], now=0.1)
         assert Resume(TP) in eng.tick(0.1)
 
     def test_an_invisible_message_holds_the_offset_span(self) -> None:
@@ -422,3 +425,12 @@ def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
             pending[:] = [p for p in pending if p.tp != tp]
         check(actions)
         check(eng.tick(now))
+
+
+def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
+    eng = engine()
+    eng.fetched(TP, [], 10)
+    assert stored(eng.tick(0.0)) == {TP: 10}
+    assert stored(eng.tick(1.0)) == {}
+    eng.store_failed([TP])
+    assert stored(eng.tick(2.0)) == {TP: 10}

@@ -25,7 +25,8 @@ Rules (RocketMQ 4.9 ``ConsumeMessageConcurrentlyService`` + the broker's send-ba
   result is ignored;
 * a copy the broker does not take for a transient reason is consumed again locally after
   ``send_back_retry_interval`` with ``reconsume_times + 1``, its offset held meanwhile;
-* a partition pauses while it has more than the flow limits in flight, and resumes below;
+* a partition pauses while it has more than the flow limits in flight, and resumes below
+  half of them (a resume throws away what librdkafka fetched ahead);
 * results that come back for a revoked partition (an old generation) are ignored.
 """
 
@@ -350,6 +351,16 @@ class ConcurrentEngine:
         return actions
 
     # -- introspection ---------------------------------------------------------------------
+    def store_failed(self, tps: list[TP]) -> None:
+        """The client refused to store the offsets handed out for ``tps`` (a partition
+        between assignments, a rebalance under way): hand them out again at the next tick
+        instead of taking them as stored (nothing else would store them again)."""
+        for tp in tps:
+            part = self._parts.get(tp)
+            if part is not None:
+                part.stored = None
+                self._dirty.add(tp)
+
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)
         return None if part is None else part.committable()

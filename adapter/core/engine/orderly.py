@@ -42,7 +42,7 @@ Rules (RocketMQ 4.9 ``ConsumeMessageOrderlyService``):
 * The committable offset is the smallest offset not settled (running, suspended, waiting,
   or awaiting a dead-letter copy); it never moves back.
 * A partition pauses while it holds more than the flow limits (messages, bytes, offset
-  span, and with ``ordering=KEY`` suspended keys), and resumes below them.
+  span, and with ``ordering=KEY`` suspended keys), and resumes below half of them.
 * A revoked partition's state is dropped (its suspended batch is read again by the next
   owner from the committed offset, with ``reconsume_times`` 0); results of an older
   generation are ignored.
@@ -789,7 +789,10 @@ class OrderlyEngine:
             reason = flow.reason(part.count, part.nbytes, span)
             if reason is None and self._by_key and part.held_keys > self.orderly.max_suspended_keys:
                 reason = f"{part.held_keys} keys suspended > {self.orderly.max_suspended_keys}"
-            change = pause_change(tp, part, reason)
+            below_half = part.paused and (
+                flow.reason(2 * part.count, 2 * part.nbytes, 2 * span) is None
+            )
+            change = pause_change(tp, part, reason, below_half=below_half)
             if change is not None:
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.append(change)
@@ -801,6 +804,16 @@ class OrderlyEngine:
         return actions
 
     # -- introspection ---------------------------------------------------------------------
+    def store_failed(self, tps: list[TP]) -> None:
+        """The client refused to store the offsets handed out for ``tps`` (a partition
+        between assignments, a rebalance under way): hand them out again at the next tick
+        instead of taking them as stored (nothing else would store them again)."""
+        for tp in tps:
+            part = self._parts.get(tp)
+            if part is not None:
+                part.stored = None
+                self._dirty.add(tp)
+
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)
         return None if part is None else self._committable(part)

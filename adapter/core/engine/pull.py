@@ -558,6 +558,16 @@ class PullEngine:
         return resolve_max_reconsume_times(own) + 1
 
     # -- introspection ---------------------------------------------------------------------
+    def store_failed(self, tps: list[TP]) -> None:
+        """The client refused to store the offsets handed out for ``tps`` (a partition
+        between assignments, a rebalance under way): hand them out again at the next tick
+        instead of taking them as stored (nothing else would store them again)."""
+        for tp in tps:
+            part = self._parts.get(tp)
+            if part is not None:
+                part.stored = None
+                self._dirty.add(tp)
+
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)
         return None if part is None else part.committable()
