@@ -137,6 +137,17 @@ def pause_change(
 _NONE: list[Action] = []  # returned when nothing is to be done (never mutated)
 
 
+def store_again(parts: Mapping[TP, Any], dirty: set[TP], tps: list[TP]) -> None:
+    """The client refused to store the offsets an engine handed out for ``tps`` (a
+    partition between assignments, a rebalance under way): they are handed out again at the
+    next tick instead of being taken as stored (nothing else would store them again)."""
+    for tp in tps:
+        part = parts.get(tp)
+        if part is not None:
+            part.stored = None
+            dirty.add(tp)
+
+
 def flow_and_offsets(
     parts: Mapping[TP, Any], dirty: set[TP], flow: FlowLimits, *, store: bool
 ) -> list[Action]:

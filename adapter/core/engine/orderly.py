@@ -68,6 +68,7 @@ from adapter.core.engine.actions import (
     StoreOffsets,
     TraceInfo,
     pause_change,
+    store_again,
 )
 from adapter.core.engine.tracking import TP, Work
 from adapter.core.listener import ConsumeOrderlyStatus
@@ -805,14 +806,8 @@ class OrderlyEngine:
 
     # -- introspection ---------------------------------------------------------------------
     def store_failed(self, tps: list[TP]) -> None:
-        """The client refused to store the offsets handed out for ``tps`` (a partition
-        between assignments, a rebalance under way): hand them out again at the next tick
-        instead of taking them as stored (nothing else would store them again)."""
-        for tp in tps:
-            part = self._parts.get(tp)
-            if part is not None:
-                part.stored = None
-                self._dirty.add(tp)
+        """See :func:`~adapter.core.engine.actions.store_again`."""
+        store_again(self._parts, self._dirty, tps)
 
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)

@@ -50,7 +50,7 @@ from typing import Any
 from adapter.constants import DEFAULT_MAX_RECONSUME_TIMES
 from adapter.core.codec import Failure
 from adapter.core.delay import resolve_max_reconsume_times
-from adapter.core.engine.actions import Action, SendBack, flow_and_offsets
+from adapter.core.engine.actions import Action, SendBack, flow_and_offsets, store_again
 from adapter.core.engine.tracking import TP, Work
 from adapter.core.offsets import FlowLimits
 from adapter.core.publishing import Escalation, Refusal, escalate
@@ -559,14 +559,8 @@ class PullEngine:
 
     # -- introspection ---------------------------------------------------------------------
     def store_failed(self, tps: list[TP]) -> None:
-        """The client refused to store the offsets handed out for ``tps`` (a partition
-        between assignments, a rebalance under way): hand them out again at the next tick
-        instead of taking them as stored (nothing else would store them again)."""
-        for tp in tps:
-            part = self._parts.get(tp)
-            if part is not None:
-                part.stored = None
-                self._dirty.add(tp)
+        """See :func:`~adapter.core.engine.actions.store_again`."""
+        store_again(self._parts, self._dirty, tps)
 
     def committable(self, tp: TP) -> int | None:
         part = self._parts.get(tp)
