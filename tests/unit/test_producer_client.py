@@ -671,3 +671,25 @@ def _no_stray_threads() -> Iterator[None]:
             return
         time.sleep(0.01)
     raise AssertionError(f"threads left running: {stray}")
+
+
+def test_sends_linger_5_ms_unless_configured_and_a_sync_send_flushes_its_record() -> None:
+    """``linger.ms`` is librdkafka's and Kafka's default (at 0 a steady stream was a request
+    per record); a synchronous send does not wait it out: it flushes its own record."""
+    fake = FakeKafka(defer=True)  # the report comes only once the record is flushed
+    flushed_on: list[threading.Thread] = []
+    real_flush = fake.flush
+
+    def flush(timeout: float | None = None) -> int:
+        flushed_on.append(threading.current_thread())
+        fake.release()
+        return real_flush(timeout)
+
+    fake.flush = flush  # type: ignore[method-assign]
+    with producer(fake) as p:
+        assert fake.config["linger.ms"] == 5
+        result = p.send(Message(topic="orders", body=b"x"), timeout=5)
+    assert result.status is SendStatus.SEND_OK
+    assert flushed_on and flushed_on[0] is threading.current_thread()
+    with producer(FakeKafka(), {"linger.ms": 0}) as p:
+        assert p.client.config["linger.ms"] == 0
