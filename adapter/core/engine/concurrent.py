@@ -36,6 +36,7 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from adapter.core.engine.actions import (
@@ -273,13 +274,13 @@ class ConcurrentEngine:
             heapq.heappush(self._retries, (due, next(self._seq), action))
             return _NO_ACTIONS
         if step is Escalation.SEND_ALONE:
-            nxt = _replace(action, alone=True)
+            nxt = replace(action, alone=True)
         elif step is Escalation.DEAD_LETTER:
             times = action.msg.reconsume_times + 1
             dead = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, times)
-            nxt = _replace(action, dest=dead, alone=False, omit_body=False)
+            nxt = replace(action, dest=dead, alone=False, omit_body=False)
         else:
-            nxt = _replace(action, omit_body=True, alone=False)
+            nxt = replace(action, omit_body=True, alone=False)
         action.work.hold(action.msg.queue_offset, nxt)
         return [nxt]
 
@@ -369,19 +370,3 @@ class ConcurrentEngine:
 
     def local_retries(self) -> int:
         return len(self._retries)
-
-
-def _replace(action: SendBack, **changes: Any) -> SendBack:
-    fields = {
-        "tp": action.tp,
-        "generation": action.generation,
-        "work": action.work,
-        "msg": action.msg,
-        "dest": action.dest,
-        "failure": action.failure,
-        "info": action.info,
-        "alone": action.alone,
-        "omit_body": action.omit_body,
-    }
-    fields.update(changes)
-    return SendBack(**fields)

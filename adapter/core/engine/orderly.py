@@ -54,7 +54,7 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -701,9 +701,9 @@ class OrderlyEngine:
             body_omitted=action.omit_body,
         )
         if step is Escalation.SEND_ALONE:
-            nxt = _replace(action, alone=True)
+            nxt = replace(action, alone=True)
         elif step is Escalation.OMIT_BODY:
-            nxt = _replace(action, omit_body=True, alone=False)
+            nxt = replace(action, omit_body=True, alone=False)
         else:  # HOLD: the same copy again after the suspend time
             heapq.heappush(self._resends, (now + self._suspend_s, next(self._seq), action))
             return _NO_ACTIONS
@@ -727,7 +727,7 @@ class OrderlyEngine:
                 found = self._holder(action)
                 if found is None:
                     continue
-                nxt = _replace(action)
+                nxt = replace(action)
                 found[1].copies[action.msg.queue_offset] = nxt
                 actions.append(nxt)
         if self._wake:
@@ -834,19 +834,3 @@ class OrderlyEngine:
         the partition is suspended)."""
         part = self._parts.get(tp)
         return 0 if part is None else part.held_keys
-
-
-def _replace(action: SendBack, **changes: Any) -> SendBack:
-    fields = {
-        "tp": action.tp,
-        "generation": action.generation,
-        "work": action.work,
-        "msg": action.msg,
-        "dest": action.dest,
-        "failure": action.failure,
-        "info": action.info,
-        "alone": action.alone,
-        "omit_body": action.omit_body,
-    }
-    fields.update(changes)
-    return SendBack(**fields)

@@ -42,7 +42,7 @@ import math
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -486,12 +486,12 @@ class PullEngine:
             self._ready[part.tp] = None
             return _NO_ACTIONS
         if step is Escalation.SEND_ALONE:
-            nxt = _replace(action, alone=True)
+            nxt = replace(action, alone=True)
         elif step is Escalation.DEAD_LETTER:
             dead = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, action.msg.reconsume_times + 1)
-            nxt = _replace(action, dest=dead, alone=False, omit_body=False)
+            nxt = replace(action, dest=dead, alone=False, omit_body=False)
         else:
-            nxt = _replace(action, omit_body=True, alone=False)
+            nxt = replace(action, omit_body=True, alone=False)
         part.held[offset] = nxt
         return [nxt]
 
@@ -581,19 +581,3 @@ class PullEngine:
     def local_retries(self) -> int:
         """Messages visible again here after their copy was refused for a transient reason."""
         return sum(len(part.again) for part in self._parts.values())
-
-
-def _replace(action: SendBack, **changes: Any) -> SendBack:
-    fields: dict[str, Any] = {
-        "tp": action.tp,
-        "generation": action.generation,
-        "work": action.work,
-        "msg": action.msg,
-        "dest": action.dest,
-        "failure": action.failure,
-        "info": action.info,
-        "alone": action.alone,
-        "omit_body": action.omit_body,
-    }
-    fields.update(changes)
-    return SendBack(**fields)
