@@ -526,7 +526,17 @@ class Consumer(confluent_kafka.Consumer):
         retry = [p for p in partitions if p.topic == self._retry_kafka]
         if retry:
             self._start_retry_partitions(retry)
-        user = self._user_callbacks[0]
+        if not self._user_callback(self._user_callbacks[0], partitions):
+            if self._cooperative:
+                self.incremental_assign(partitions)
+            else:
+                self.assign(partitions)
+
+    def _user_callback(
+        self, user: Callable[..., Any] | None, partitions: list[TopicPartition]
+    ) -> bool:
+        """Run the application's rebalance callback (if any); whether it (un)assigned the
+        partitions itself, as confluent-kafka lets it."""
         self._callback_assigned = False
         if user is not None:
             self._in_callback = True
@@ -534,11 +544,7 @@ class Consumer(confluent_kafka.Consumer):
                 user(self, partitions)
             finally:
                 self._in_callback = False
-        if not self._callback_assigned:
-            if self._cooperative:
-                self.incremental_assign(partitions)
-            else:
-                self.assign(partitions)
+        return self._callback_assigned
 
     def _start_retry_partitions(self, parts: list[TopicPartition]) -> None:
         """The retry topic is read from its beginning where the group has no offset."""
@@ -570,14 +576,7 @@ class Consumer(confluent_kafka.Consumer):
     def _release(
         self, partitions: list[TopicPartition], tps: list[TP], user: Callable[..., Any] | None
     ) -> None:
-        self._callback_assigned = False
-        if user is not None:
-            self._in_callback = True
-            try:
-                user(self, partitions)
-            finally:
-                self._in_callback = False
-        if not self._callback_assigned:
+        if not self._user_callback(user, partitions):
             if self._cooperative:
                 self.incremental_unassign(partitions)
             else:
