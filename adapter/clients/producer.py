@@ -458,8 +458,8 @@ class Producer:
         self._sends = 0
         self._serving = threading.Lock()
         self._inline_ident: int | None = None  # the thread serving reports inline now
-        self._nap = threading.Event()  # never set: the poll thread's short wait
-        #: the idle poll thread waits on ``_wake`` (set by :meth:`_kick`) instead of polling
+        #: the poll thread's waits: idle it waits on ``_wake`` (set by :meth:`_kick`, and at
+        #: shutdown) instead of polling; while a thread sends it naps on it
         self._idle = False
         self._wake = threading.Event()
         #: threads in a synchronous send that serve their own report (see ``_push``)
@@ -553,7 +553,8 @@ class Producer:
                 elif self._sends != sends:
                     # a thread is sending: it serves the reports (see send_async)
                     sends = self._sends
-                    self._nap.wait(min(timeout, _SENDER_SERVES_S))
+                    wake.wait(min(timeout, _SENDER_SERVES_S))
+                    wake.clear()
                 else:
                     self._idle = True  # before looking: a send from now on wakes us
                     if len(client) and not self._pushers:
@@ -1001,8 +1002,7 @@ class Producer:
                     self._back_off_at_send(pending, exc)
                 except Exception as exc:
                     raise _produce_error(exc, topic, body, key, msg.partition) from exc
-                if self._idle:
-                    self._wake.set()
+                self._kick()
                 self._serve_inline(client)
                 return
         record = self.prepare(msg)
