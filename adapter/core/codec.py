@@ -152,6 +152,20 @@ def schedule_headers(
     and the born time (``born_ms``, unless ``base`` already carries one) that the forwarded
     copy reports as its ``born_timestamp`` (its own Kafka timestamp is the forward time)."""
     out = dict(base)
+    _add_schedule(out, real_topic, real_queue_id, level, due_ms, deliver_time_ms, born_ms)
+    return _finish(out)
+
+
+def _add_schedule(  # noqa: PLR0917 - internal, one caller per kind of entry
+    out: dict[str, bytes | None],
+    real_topic: str,
+    real_queue_id: int | None,
+    level: int,
+    due_ms: int,
+    deliver_time_ms: int | None,
+    born_ms: int | None,
+) -> None:
+    """:func:`schedule_headers`' additions, made in place."""
     if HEADER_ORIGIN_BORN_MS not in out:
         _put(out, HEADER_ORIGIN_BORN_MS, born_ms)
     _put(out, PROPERTY_REAL_TOPIC, real_topic)
@@ -159,7 +173,6 @@ def schedule_headers(
     _put(out, PROPERTY_DELAY_TIME_LEVEL, level)
     _put(out, HEADER_DUE_MS, due_ms)
     _put(out, PROPERTY_TIMER_DELIVER_MS, deliver_time_ms)
-    return _finish(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,14 +237,10 @@ def retry_headers(
     failure: Failure | None,
 ) -> list[tuple[str, bytes | None]]:
     """A send-back to the delay topic of ``level``, bound for the group's retry topic
-    (what :func:`schedule_headers` adds, added in place)."""
+    (what :func:`schedule_headers` adds, added to the hop's own dict)."""
     out = _hop_headers(msg, group, failure)
-    out[PROPERTY_REAL_TOPIC] = retry_topic.encode()
-    out.pop(PROPERTY_REAL_QUEUE_ID, None)
-    out[PROPERTY_DELAY_TIME_LEVEL] = b"%d" % level
-    out[HEADER_DUE_MS] = b"%d" % due_ms
-    out.pop(PROPERTY_TIMER_DELIVER_MS, None)
-    return list(out.items())
+    _add_schedule(out, retry_topic, None, level, due_ms, None, None)
+    return _finish(out)
 
 
 def straight_retry_headers(
