@@ -494,7 +494,7 @@ class Bench:
         ensure_topics(self.config, plan_topics(delay_levels=levels, namespace=ns, partitions=1))
         total = int(seconds * rate)
         # the floor this machine puts under the figure: the same pipe without the adapter
-        raw = self._raw_hop(seconds, rate, warmup_s)
+        raw = self._raw_lateness_pipe(seconds, rate, warmup_s)
         service = ServiceProcess(self.config, ns, delivery)
         reader: subprocess.Popen[str] | None = None
         try:
@@ -542,7 +542,7 @@ class Bench:
             text=True,
         )
 
-    def _raw_hop(self, seconds: float, rate: int, warmup_s: float) -> dict[str, Any]:
+    def _raw_lateness_pipe(self, seconds: float, rate: int, warmup_s: float) -> dict[str, Any]:
         """The same shape without the adapter: a raw idempotent producer (``linger.ms=5``)
         sends at ``rate``, each record due when it is sent, to a topic that a raw forwarder
         process (consume, produce at once, store offsets) passes on to the topic the
