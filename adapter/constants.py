@@ -129,3 +129,5 @@ HOP_MESSAGE_MAX_BYTES: Final = 1_048_588
 FAILURE_MESSAGE_MAX_CHARS: Final = 512
 #: Group id the ScheduleService uses unless told otherwise.
 DEFAULT_SCHEDULE_SERVICE_GROUP: Final = "rmq-schedule-service"
+#: librdkafka's "any partition" (``RD_KAFKA_PARTITION_UA``): its partitioner picks one.
+ANY_PARTITION: Final = -1

@@ -460,13 +460,7 @@ class GroupConsumer:
             self.engine.published(action)
             stats = self.stats
             topic = msg.topic
-            if dest.__class__ is RetryLater:  # the common case first
-                st = stats.topic(topic)
-                st.sent_back += 1
-                send_backs = stats.send_backs
-                key = (topic, dest.level)
-                send_backs[key] = send_backs.get(key, 0) + 1
-            elif isinstance(dest, DeadLetter):
+            if isinstance(dest, DeadLetter):
                 stats.topic(topic).dead_lettered += 1
                 reason = (topic, dest.reason.value)
                 stats.dead_letters[reason] = stats.dead_letters.get(reason, 0) + 1
@@ -479,7 +473,8 @@ class GroupConsumer:
                 )
             else:
                 stats.topic(topic).sent_back += 1
-                stats.send_backs[(topic, 0)] = stats.send_backs.get((topic, 0), 0) + 1
+                key = (topic, dest.level if isinstance(dest, RetryLater) else 0)
+                stats.send_backs[key] = stats.send_backs.get(key, 0) + 1
             if self.trace is not None:
                 status = TraceStatus.DLQ if isinstance(dest, DeadLetter) else TraceStatus.RETRY
                 self.emit(msg, status, action.info, action.failure, dest)

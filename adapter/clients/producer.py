@@ -51,6 +51,7 @@ from adapter.clients.retrying import (
     send_retrying,
 )
 from adapter.constants import (
+    ANY_PARTITION,
     DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_MSG_TIMEOUT_MS,
@@ -97,8 +98,6 @@ from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.producer")
 
-#: librdkafka's "any partition" (``RD_KAFKA_PARTITION_UA``): its partitioner picks one.
-_ANY_PARTITION = -1
 #: The counter part of a message id: 12 hex digits.
 _ID_COUNTER_MASK = 0xFFFFFFFFFFFF
 #: librdkafka's default ``topic.metadata.propagation.max.ms``.
@@ -262,7 +261,7 @@ class _Pending:
         self.topic = ""  # Kafka topic
         self.value: bytes | None = None
         self.key: bytes | str | None = None
-        self.partition = _ANY_PARTITION  # librdkafka's partitioner
+        self.partition = ANY_PARTITION  # librdkafka's partitioner
         #: ``None``: only ``UNIQ_KEY`` (rebuilt for a resend)
         self.headers: list[tuple[str, bytes | None]] | None = None
 
@@ -820,7 +819,7 @@ class Producer:
             raise ClientClosedError(
                 "producer is not started (call start() or use it as a context manager)"
             )
-        partition = _ANY_PARTITION if record.partition is None else record.partition
+        partition = ANY_PARTITION if record.partition is None else record.partition
         try:
             client.produce(
                 record.topic, record.value, record.key, partition, on_done, None, 0, record.headers
@@ -978,7 +977,7 @@ class Producer:
                     headers = kept = encode_message_headers(msg, msg_id.decode())
                 partition = msg.partition
                 if partition is None:
-                    partition = _ANY_PARTITION
+                    partition = ANY_PARTITION
                 key = msg.sharding_key
                 pool = self._pool
                 try:
@@ -1026,7 +1025,7 @@ class Producer:
         pending.topic = record.topic
         pending.value = record.value
         pending.key = record.key
-        pending.partition = _ANY_PARTITION if record.partition is None else record.partition
+        pending.partition = ANY_PARTITION if record.partition is None else record.partition
         pending.headers = record.headers
         client = self._client
         if client is None:
@@ -1133,7 +1132,7 @@ def _produce_error(
     logical: str,
     value: bytes | None,
     key: Any = None,
-    partition: Any = _ANY_PARTITION,
+    partition: Any = ANY_PARTITION,
 ) -> Exception:
     """The adapter error for ``produce()`` refusing a record at once."""
     if isinstance(exc, AdapterError):

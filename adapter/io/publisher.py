@@ -23,12 +23,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as KafkaProducer
 
-from adapter.constants import HOP_MESSAGE_MAX_BYTES
+from adapter.constants import ANY_PARTITION, HOP_MESSAGE_MAX_BYTES
 from adapter.core.hops import OutRecord
 from adapter.io.config import producer_config, require_setting
 from adapter.io.errors import FatalErrorWatch, make_client
-
-_ANY_PARTITION = -1  # librdkafka's partitioner picks one
 
 log = logging.getLogger("adapter.publisher")
 
@@ -109,7 +107,7 @@ class Publisher:
 
         topic, value, key, headers, partition = record
         if partition is None:
-            partition = _ANY_PARTITION
+            partition = ANY_PARTITION
         try:
             producer.produce(topic, value, key, partition, on_delivery, None, 0, headers)
         except BufferError:
