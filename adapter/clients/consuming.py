@@ -53,7 +53,7 @@ from adapter.core.engine import (
 from adapter.core.engine.actions import TraceInfo
 from adapter.core.filter import TagFilter
 from adapter.core.headers import header_text
-from adapter.core.message import MessageExt, views_of
+from adapter.core.message import FetchedRun, MessageExt, split_fetch
 from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
 from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
@@ -205,8 +205,7 @@ class GroupConsumer:
         self.trace = trace
         self.stats = ConsumerStats()
         self.names = TopicNames(group)
-        #: tag filter per Kafka topic (``None``: every tag)
-        self.filters = {t: (f if f.tags is not None else None) for t, f in filters.items()}
+        self._set_filters(filters)
         self.retry_kafka = topics.retry_kafka if settings.clustering else None
         self.runner: Runner | None = None
         self.assignment: set[TP] = set()
@@ -306,7 +305,7 @@ class GroupConsumer:
         """Replace the subscriptions of a running member (clustering; on the loop thread):
         ``filters`` maps every Kafka topic to read (the retry topic included) to its tag
         filter.  Partitions of topics left out are revoked the usual way."""
-        self.filters = {t: (f if f.tags is not None else None) for t, f in filters.items()}
+        self._set_filters(filters)
         self._consumer.subscribe(
             list(self.filters),
             on_assign=self._guard(self._on_assign),
@@ -361,45 +360,26 @@ class GroupConsumer:
             self.publisher.close(30)
 
     # -- fetching --------------------------------------------------------------------------
-    def _dispatch(self, kmsgs: list[Any]) -> None:
-        """Cut a fetch into runs per partition and hand each over (views made per run)."""
-        filters = self.filters
-        run: list[Any] = []
-        topic: str | None = None
-        partition = -1
-        tag_filter: TagFilter | None = None
-        last: Any = None
-        for kmsg in kmsgs:
-            if kmsg.error() is not None:
-                self._consume_error(kmsg)
-                continue
-            p = kmsg.partition()
-            t = kmsg.topic()
-            if p != partition or t != topic:
-                if topic is not None:
-                    self._fetched((topic, partition), run, last)
-                    run = []
-                topic, partition = t, p
-                tag_filter = filters.get(t)
-            last = kmsg
-            if tag_filter is not None and not tag_filter.matches(
-                header_text(kmsg.headers(), PROPERTY_TAGS)
-            ):
-                continue  # filtered out by tag, like a broker-side filter: settled
-            run.append(kmsg)
-        if topic is not None:
-            self._fetched((topic, partition), run, last)
+    def _set_filters(self, filters: Mapping[str, TagFilter]) -> None:
+        """The tag filter of each Kafka topic read (``None``: every tag)."""
+        self.filters = {t: (f if f.tags is not None else None) for t, f in filters.items()}
+        self._tag_tests = {t: f.matches for t, f in self.filters.items() if f is not None}
 
-    def _fetched(self, tp: TP, records: list[Any], last: Any) -> None:
-        """``records`` (those that pass the filter) were fetched from ``tp``; ``last`` is the
-        last record fetched there, filtered or not."""
+    def _dispatch(self, kmsgs: list[Any]) -> None:
+        """Cut a fetch into runs per partition (viewed in the same pass) and hand each over."""
+        runs, errors = split_fetch(kmsgs, self.names.resolve, self._tag_tests, _tags_of)
+        for run in runs:
+            self._fetched(run)
+        for kmsg in errors:
+            self._consume_error(kmsg)
+
+    def _fetched(self, run: FetchedRun) -> None:
         runner = self.runner
         assert runner is not None
         pooled = not runner.inline
-        logical, retry = self.names.resolve(tp[0])
-        views = views_of(records, logical, retry, [None])
-        nbytes = sum(len(r.value() or b"") for r in records) if pooled else 0
-        work = self.engine.fetched(tp, views, last.offset() + 1, nbytes, pooled=pooled)
+        views = run.msgs
+        nbytes = sum(len(m.body) for m in views) if pooled else 0
+        work = self.engine.fetched(run.tp, views, run.last.offset() + 1, nbytes, pooled=pooled)
         if work is not None:
             runner.run(work)
 
@@ -910,3 +890,7 @@ def _committed(consumer: Any, partitions: list[Any]) -> list[Any] | None:
         return result
     except KafkaException:
         return None
+
+
+def _tags_of(kmsg: Any) -> str | None:
+    return header_text(kmsg.headers(), PROPERTY_TAGS)

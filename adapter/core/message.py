@@ -8,7 +8,7 @@ only reads ``body`` pays for nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -26,14 +26,15 @@ from adapter.constants import (
 from adapter.core.headers import RawHeader, parse_non_negative, read_headers
 
 __all__ = [
+    "FetchedRun",
     "Fields",
     "Message",
     "MessageExt",
     "RawHeader",
     "Record",
+    "split_fetch",
     "start_consuming",
     "view_of",
-    "views_of",
 ]
 
 
@@ -459,21 +460,69 @@ def start_consuming(msgs: list[MessageExt], start_ms: int, *, shared: bool) -> N
         msg._stamp = stamp
 
 
-def views_of(
-    records: list[Any], topic: str, retry: bool, stamp: list[int | None]
-) -> list[MessageExt]:
-    """:func:`view_of` for a run of records of one partition (the hot path: no call per
-    record)."""
+class FetchedRun(NamedTuple):
+    """The records one fetch brought from one partition, in offset order."""
+
+    tp: tuple[str, int]
+    #: views of those that pass the subscription's tag filter
+    msgs: list[MessageExt]
+    #: the last record fetched there, filtered or not (the offset after it is settled
+    #: once ``msgs`` are)
+    last: Any
+
+
+def split_fetch(
+    records: Sequence[Any],
+    resolve: Callable[[str], tuple[str, bool]],
+    tags: Mapping[str, Callable[[str | None], bool] | None],
+    tag_of: Callable[[Any], str | None],
+) -> tuple[list[FetchedRun], list[Any]]:
+    """Cut one fetch into :class:`FetchedRun` s per partition, each record viewed as a
+    :class:`MessageExt` in the same pass (the consumer's hot path: one loop, no call per
+    record); and the records that carry an error, for the caller.
+
+    ``resolve(kafka_topic)`` gives ``(logical topic, is a retry topic)``; ``tags`` the tag
+    test of each topic whose subscription filters by tag (``None`` or absent: every tag),
+    which ``tag_of(record)`` feeds.
+    """
+    runs: list[FetchedRun] = []
+    errors: list[Any] = []
     new = object.__new__
     cls = MessageExt
-    name = topic if retry else None
-    out: list[MessageExt] = []
-    append = out.append
+    views: list[MessageExt] = []
+    append = views.append
+    topic: str | None = None
+    partition = -1
+    logical = ""
+    retry: str | None = None
+    stamp: list[int | None] = [None]
+    test: Callable[[str | None], bool] | None = None
+    last: Any = None
     for record in records:
+        if record.error() is not None:
+            errors.append(record)
+            continue
+        p = record.partition()
+        t = record.topic()
+        if p != partition or t != topic:
+            if topic is not None:
+                runs.append(FetchedRun((topic, partition), views, last))
+                views = []
+                append = views.append
+            topic, partition = t, p
+            logical, is_retry = resolve(t)
+            retry = logical if is_retry else None
+            stamp = [None]
+            test = tags.get(t)
+        last = record
+        if test is not None and not test(tag_of(record)):
+            continue  # filtered out by tag, like a broker-side filter: settled
         msg = new(cls)
         msg._rec = record
-        msg._topic = topic
-        msg._retry = name
+        msg._topic = logical
+        msg._retry = retry
         msg._stamp = stamp
         append(msg)
-    return out
+    if topic is not None:
+        runs.append(FetchedRun((topic, partition), views, last))
+    return runs, errors
