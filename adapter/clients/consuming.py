@@ -35,7 +35,6 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from adapter.clients.resets import ResetReceiver
-from adapter.constants import PROPERTY_TAGS
 from adapter.core import hops
 from adapter.core.clock import Clock
 from adapter.core.codec import Failure
@@ -52,7 +51,6 @@ from adapter.core.engine import (
 )
 from adapter.core.engine.actions import TraceInfo
 from adapter.core.filter import TagFilter
-from adapter.core.headers import header_text
 from adapter.core.message import FetchedRun, MessageExt, split_fetch
 from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
 from adapter.core.publishing import Refusal
@@ -363,11 +361,10 @@ class GroupConsumer:
     def _set_filters(self, filters: Mapping[str, TagFilter]) -> None:
         """The tag filter of each Kafka topic read (``None``: every tag)."""
         self.filters = {t: (f if f.tags is not None else None) for t, f in filters.items()}
-        self._tag_tests = {t: f.matches for t, f in self.filters.items() if f is not None}
 
     def _dispatch(self, kmsgs: list[Any]) -> None:
         """Cut a fetch into runs per partition (viewed in the same pass) and hand each over."""
-        runs, errors = split_fetch(kmsgs, self.names.resolve, self._tag_tests, _tags_of)
+        runs, errors = split_fetch(kmsgs, self.names.resolve, self.filters)
         for run in runs:
             self._fetched(run)
         for kmsg in errors:
@@ -890,7 +887,3 @@ def _committed(consumer: Any, partitions: list[Any]) -> list[Any] | None:
         return result
     except KafkaException:
         return None
-
-
-def _tags_of(kmsg: Any) -> str | None:
-    return header_text(kmsg.headers(), PROPERTY_TAGS)

@@ -23,7 +23,8 @@ from adapter.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
-from adapter.core.headers import RawHeader, parse_non_negative, read_headers
+from adapter.core.filter import TagFilter
+from adapter.core.headers import RawHeader, header_text, parse_non_negative, read_headers
 
 __all__ = [
     "FetchedRun",
@@ -474,16 +475,14 @@ class FetchedRun(NamedTuple):
 def split_fetch(
     records: Sequence[Any],
     resolve: Callable[[str], tuple[str, bool]],
-    tags: Mapping[str, Callable[[str | None], bool] | None],
-    tag_of: Callable[[Any], str | None],
+    filters: Mapping[str, TagFilter | None],
 ) -> tuple[list[FetchedRun], list[Any]]:
     """Cut one fetch into :class:`FetchedRun` s per partition, each record viewed as a
     :class:`MessageExt` in the same pass (the consumer's hot path: one loop, no call per
     record); and the records that carry an error, for the caller.
 
-    ``resolve(kafka_topic)`` gives ``(logical topic, is a retry topic)``; ``tags`` the tag
-    test of each topic whose subscription filters by tag (``None`` or absent: every tag),
-    which ``tag_of(record)`` feeds.
+    ``resolve(kafka_topic)`` gives ``(logical topic, is a retry topic)``; ``filters`` the
+    tag filter of each topic (``None`` or absent: every tag), tested on its ``TAGS`` header.
     """
     runs: list[FetchedRun] = []
     errors: list[Any] = []
@@ -496,7 +495,7 @@ def split_fetch(
     logical = ""
     retry: str | None = None
     stamp: list[int | None] = [None]
-    test: Callable[[str | None], bool] | None = None
+    tag_filter: TagFilter | None = None
     last: Any = None
     for record in records:
         if record.error() is not None:
@@ -513,9 +512,11 @@ def split_fetch(
             logical, is_retry = resolve(t)
             retry = logical if is_retry else None
             stamp = [None]
-            test = tags.get(t)
+            tag_filter = filters.get(t)
         last = record
-        if test is not None and not test(tag_of(record)):
+        if tag_filter is not None and not tag_filter.matches(
+            header_text(record.headers(), PROPERTY_TAGS)
+        ):
             continue  # filtered out by tag, like a broker-side filter: settled
         msg = new(cls)
         msg._rec = record

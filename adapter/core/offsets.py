@@ -37,6 +37,10 @@ class FlowLimits:
             return f"in-flight offset span {span} > {self.max_span}"
         return None
 
+    def below_half(self, count: int, nbytes: int, span: int) -> bool:
+        """Whether a paused partition is down to half of every limit (where it resumes)."""
+        return self.reason(2 * count, 2 * nbytes, 2 * span) is None
+
 
 class PartitionTracker:
     """Offsets of one partition that are fetched but not settled.

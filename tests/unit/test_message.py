@@ -11,6 +11,7 @@ from adapter.constants import (
     PROPERTY_TAGS,
     SYSTEM_HEADERS,
 )
+from adapter.core.filter import TagFilter
 from adapter.core.message import Message, MessageExt, split_fetch, start_consuming
 
 pytestmark = pytest.mark.unit
@@ -195,10 +196,6 @@ def _rec(topic: str, partition: int, offset: int, tags: str | None = None) -> _R
     return _Record(headers, where=(topic, partition, offset))
 
 
-def _tags(rec: _Record) -> str | None:
-    return next((v.decode() for k, v in rec.headers() or () if k == PROPERTY_TAGS), None)
-
-
 def _resolve(kafka_topic: str) -> tuple[str, bool]:
     return ("%RETRY%g", True) if kafka_topic == "rmq.retry.g" else (kafka_topic, False)
 
@@ -207,7 +204,7 @@ class TestSplitFetch:
     def test_a_run_ends_where_the_topic_or_the_partition_changes(self) -> None:
         records = [_rec("a", 0, 1), _rec("a", 0, 2), _rec("b", 0, 1), _rec("a", 0, 3),
                    _rec("a", 1, 1)]  # fmt: skip
-        runs, errors = split_fetch(records, _resolve, {}, _tags)
+        runs, errors = split_fetch(records, _resolve, {})
         assert [(r.tp, [m.queue_offset for m in r.msgs], r.last.offset()) for r in runs] == [
             (("a", 0), [1, 2], 2),
             (("b", 0), [1], 1),  # same partition number, other topic: a run of its own
@@ -219,23 +216,23 @@ class TestSplitFetch:
 
     def test_filtered_records_are_left_out_but_settle_with_the_run(self) -> None:
         records = [_rec("a", 0, 1, "x"), _rec("a", 0, 2, "y"), _rec("a", 0, 3, "y")]
-        runs, _ = split_fetch(records, _resolve, {"a": lambda tag: tag == "x"}, _tags)
+        runs, _ = split_fetch(records, _resolve, {"a": TagFilter.parse("x")})
         assert [(r.tp, [m.queue_offset for m in r.msgs], r.last.offset()) for r in runs] == [
             (("a", 0), [1], 3)  # offset 3 is settled once offset 1 is
         ]
-        runs, _ = split_fetch(records[1:], _resolve, {"a": lambda tag: tag == "x"}, _tags)
+        runs, _ = split_fetch(records[1:], _resolve, {"a": TagFilter.parse("x")})
         assert [(r.tp, r.msgs, r.last.offset()) for r in runs] == [(("a", 0), [], 3)]
 
     def test_error_records_are_handed_back_and_do_not_cut_a_run(self) -> None:
         bad = _Record(None, where=("a", 0, -1), error="broker down")
-        runs, errors = split_fetch([_rec("a", 0, 1), bad, _rec("a", 0, 2)], _resolve, {}, _tags)
+        runs, errors = split_fetch([_rec("a", 0, 1), bad, _rec("a", 0, 2)], _resolve, {})
         assert errors == [bad]
         assert [(r.tp, [m.queue_offset for m in r.msgs]) for r in runs] == [(("a", 0), [1, 2])]
 
     def test_views_of_a_retry_topic_and_one_consume_start_per_run(self) -> None:
         retry = _Record([("RETRY_TOPIC", b"orders")], where=("rmq.retry.g", 0, 4))
         runs, _ = split_fetch([retry, _rec("rmq.retry.g", 0, 5), _rec("orders", 0, 7)],
-                              _resolve, {}, _tags)  # fmt: skip
+                              _resolve, {})  # fmt: skip
         first, second = runs
         assert first.msgs[0].topic == "orders"  # the original topic, read from the header
         start_consuming(first.msgs, 1234, shared=True)

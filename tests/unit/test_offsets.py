@@ -231,6 +231,22 @@ class TestFlowLimits:
         spread.add(2001)
         assert limits.exceeded(spread) is not None
 
+    @pytest.mark.parametrize(
+        ("count", "nbytes", "span", "below"),
+        [
+            (0, 0, 0, True),
+            (2, 50, 5, True),  # half of every limit, exactly
+            (3, 0, 0, False),  # more than half of the messages
+            (0, 51, 0, False),  # ... of the bytes
+            (0, 0, 6, False),  # ... of the span
+        ],
+    )
+    def test_below_half_of_every_limit(
+        self, count: int, nbytes: int, span: int, below: bool
+    ) -> None:
+        limits = FlowLimits(max_count=4, max_bytes=100, max_span=10)
+        assert limits.below_half(count, nbytes, span) is below
+
 
 # --- properties ---------------------------------------------------------------------------
 ops = st.lists(

@@ -171,7 +171,7 @@ def flow_and_offsets(
             tp,
             part,
             flow.reason(count, nbytes, span),
-            below_half=part.paused and flow.reason(2 * count, 2 * nbytes, 2 * span) is None,
+            below_half=part.paused and flow.below_half(count, nbytes, span),
         )
         if change is not None:
             actions = actions if actions is not _NONE else []

@@ -790,9 +790,7 @@ class OrderlyEngine:
             reason = flow.reason(part.count, part.nbytes, span)
             if reason is None and self._by_key and part.held_keys > self.orderly.max_suspended_keys:
                 reason = f"{part.held_keys} keys suspended > {self.orderly.max_suspended_keys}"
-            below_half = part.paused and (
-                flow.reason(2 * part.count, 2 * part.nbytes, 2 * span) is None
-            )
+            below_half = part.paused and flow.below_half(part.count, part.nbytes, span)
             change = pause_change(tp, part, reason, below_half=below_half)
             if change is not None:
                 actions = actions if actions is not _NO_ACTIONS else []
