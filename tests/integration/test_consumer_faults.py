@@ -13,6 +13,7 @@ consumer's own counters alone.  Tests that stop the shared broker are marked
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -233,8 +234,18 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
         naming.to_kafka(naming.schedule_topic(lv, levels, ns)) for lv in levels.levels()
     ]
     plans = plan_topics(groups=[group], delay_levels=levels, namespace=ns, partitions=1)
-    ensure_topics({"bootstrap.servers": bs}, plans)
-    set_topic_config(bs, delay_topics, _REFUSE_OLD, "0")
+    # created refusing (a config changed later reaches the broker's logs a moment after the
+    # admin call returns: a send-back in between would be accepted)
+    refusing = {_REFUSE_OLD: "0"}
+    ensure_topics(
+        {"bootstrap.servers": bs},
+        [
+            dataclasses.replace(p, config={**p.config, **refusing})
+            if p.kafka_topic in delay_topics
+            else p
+            for p in plans
+        ],
+    )
 
     ids = new_ids(20)
     target = ids[10]
