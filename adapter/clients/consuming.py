@@ -70,6 +70,8 @@ log = logging.getLogger("adapter.consumer")
 TP = tuple[str, int]
 #: Longest the loop goes without calling ``consume()`` while it serves a backlog of work.
 MAX_FETCH_GAP_S = 1.0
+#: Longest ``consume()`` waits for records when nothing else is due (the loop's tick).
+IDLE_FETCH_S = 0.1
 #: Broadcasting: local offsets are written this often (RocketMQ persists every 5 s) ...
 PERSIST_INTERVAL_S = 5.0
 #: ... and the topics' partitions are looked up again this often (RocketMQ rebalances
@@ -100,6 +102,7 @@ class Engine(Protocol):
     def in_flight(self, tp: TP) -> int: ...
     def paused(self) -> list[TP]: ...
     def local_retries(self) -> int: ...
+    def next_due(self) -> float | None: ...
 
 
 class Runner(Protocol):
@@ -324,9 +327,11 @@ class GroupConsumer:
         if backlog >= self.settings.soft_backlog and now - self._last_fetch < MAX_FETCH_GAP_S:
             runner.wait(0.05)  # enough work waits: serve results instead of fetching more
         else:
-            # a local retry (an orderly suspend) is due soon: poll briefly to be on time
-            busy = backlog or self.publisher.in_flight() or engine.local_retries()
-            timeout = 0.005 if busy else 0.1
+            if backlog or self.publisher.in_flight():
+                timeout = 0.005  # results or acknowledgements are on their way
+            else:  # wake when the engine's next timer (a local retry, a suspend) is due
+                due = engine.next_due()
+                timeout = IDLE_FETCH_S if due is None else min(IDLE_FETCH_S, max(0.0, due - now))
             settings = self.settings
             size = settings.fetch_size if runner.inline else settings.pull_batch_size
             kmsgs = consume_available(self._consumer, size, timeout)

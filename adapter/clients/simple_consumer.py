@@ -340,6 +340,10 @@ class _LockedEngine:
         # poll faster for them
         return 0
 
+    def next_due(self) -> float | None:
+        with self._lock:
+            return self.engine.next_due()
+
 
 class _PullRunner:
     """Hands fetched work to ``receive``: wakes waiting receives, serves their deadlines."""

@@ -282,6 +282,22 @@ class TestLocalRetry:
         assert stored(eng.tick(6.1)) == {TP: 8}
         assert eng.in_flight(TP) == 0
 
+    def test_next_due_names_when_the_local_retry_is_handed_out(self) -> None:
+        """The loop sleeps until ``next_due`` instead of polling in 5 ms steps."""
+        eng = engine(send_back_retry_interval_s=5.0)
+        assert eng.next_due() is None
+        work = eng.fetched(TP, msgs(7, 2), end=9)  # one batch of two
+        assert work is not None
+        first, second = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 2), 0.0)], 0.0))
+        eng.publish_failed(second, Refusal.TRANSIENT, now=2.0)
+        eng.publish_failed(first, Refusal.TRANSIENT, now=1.0)
+        assert eng.next_due() == 6.0  # the earlier of the two
+        assert of(RunWork, eng.tick(5.9)) == [] and eng.next_due() == 6.0
+        assert of(RunWork, eng.tick(6.0))
+        assert eng.next_due() == 7.0
+        assert of(RunWork, eng.tick(7.0))
+        assert eng.next_due() is None
+
     def test_a_local_retry_that_fails_again_goes_one_level_up(self) -> None:
         eng = engine(send_back_retry_interval_s=1.0)
         work = eng.fetched(TP, msgs(0, 1), end=1)

@@ -341,6 +341,28 @@ class TestDeadLetter:
         eng.published(again)
         assert eng.committable(TP) == 1
 
+    def test_next_due_is_the_earliest_suspend_end_or_resend(self) -> None:
+        """The loop sleeps until ``next_due`` (not in 5 ms steps) while a batch is suspended
+        or a refused copy waits: it must name the moment ``tick`` has work."""
+        eng = engine(batch_size=1, suspend_ms=500)
+        assert eng.next_due() is None
+        other = (TP[0], TP[1] + 1)
+        eng.assigned(other)
+        # TP's message may not be retried again (its header): it is sent back
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=1, max_reconsume_times=1), end=1)
+        held = eng.fetched(other, msgs(0, 1), end=1)
+        assert work is not None and held is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        eng.publish_failed(copy, Refusal.TRANSIENT, now=1.0)  # sent again at 1.5
+        assert eng.next_due() == 1.5
+        eng.completed(held, 0, suspend(200), 1.1)  # other's batch resumes at 1.3
+        assert eng.next_due() == pytest.approx(1.3)
+        assert of(RunWork, eng.tick(1.29)) == [] and eng.next_due() == pytest.approx(1.3)
+        assert of(RunWork, eng.tick(1.3))
+        assert eng.next_due() == 1.5
+        assert of(SendBack, eng.tick(1.5))
+        assert eng.next_due() is None
+
     def test_too_large_is_sent_alone_then_without_its_body(self) -> None:
         eng = engine(max_reconsume_times=0, batch_size=1)
         work = eng.fetched(TP, msgs(0, 1), end=1)

@@ -202,6 +202,20 @@ class TestExpiry:
         eng.ack(new, now=23.0)
         assert eng.committable(TP) == 1
 
+    def test_next_due_is_the_earliest_invisible_deadline(self) -> None:
+        """The loop sleeps until ``next_due``: an invisible time ends on time, not on the
+        loop's next 100 ms tick."""
+        eng = engine()
+        fetch(eng, TP, 0, 2)
+        assert eng.next_due() is None
+        [late] = eng.receive(1, 30.0, now=0.0)
+        [early] = eng.receive(1, 5.0, now=1.0)
+        assert eng.next_due() == 6.0
+        copies(eng.tick(6.0))
+        assert eng.next_due() == 30.0
+        eng.ack(late, now=7.0)  # settled: its deadline passes without work
+        assert early.deadline == 6.0
+
     def test_change_invisible_duration_may_shorten_to_now(self) -> None:
         eng = engine()
         fetch(eng, TP, 0, 1)

@@ -370,3 +370,7 @@ class ConcurrentEngine:
 
     def local_retries(self) -> int:
         return len(self._retries)
+
+    def next_due(self) -> float | None:
+        """When :meth:`tick` next has a local retry to hand out (``None``: none waits)."""
+        return self._retries[0][0] if self._retries else None

@@ -822,6 +822,13 @@ class OrderlyEngine:
         """Suspended batches (and refused copies) waiting to be tried again."""
         return self._nheld + len(self._resends)
 
+    def next_due(self) -> float | None:
+        """When :meth:`tick` next has a suspend time to end or a refused copy to send again
+        (``None``: nothing waits for a time; a suspended batch waiting for its copies'
+        acknowledgements is woken by them)."""
+        dues = [heap[0][0] for heap in (self._timers, self._resends) if heap]
+        return min(dues) if dues else None
+
     def suspended(self, tp: TP) -> int:
         """Suspended batches of ``tp`` (``ordering=KEY``: each holds its keys)."""
         part = self._parts.get(tp)

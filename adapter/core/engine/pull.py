@@ -581,3 +581,8 @@ class PullEngine:
     def local_retries(self) -> int:
         """Messages visible again here after their copy was refused for a transient reason."""
         return sum(len(part.again) for part in self._parts.values())
+
+    def next_due(self) -> float | None:
+        """When :meth:`tick` next has an invisible time to end (``None``: no handle is
+        out); a message visible again waits for a receiver, not for a time."""
+        return self._deadlines[0][0] if self._deadlines else None
