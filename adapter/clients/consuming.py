@@ -331,7 +331,10 @@ class GroupConsumer:
                 timeout = 0.005  # results or acknowledgements are on their way
             else:  # wake when the engine's next timer (a local retry, a suspend) is due
                 due = engine.next_due()
-                timeout = IDLE_FETCH_S if due is None else min(IDLE_FETCH_S, max(0.0, due - now))
+                if due is None:
+                    timeout = IDLE_FETCH_S
+                else:  # the clock read again: an inline listener may have run since ``now``
+                    timeout = min(IDLE_FETCH_S, max(0.0, due - self.clock.monotonic()))
             settings = self.settings
             size = settings.fetch_size if runner.inline else settings.pull_batch_size
             kmsgs = consume_available(self._consumer, size, timeout)
