@@ -6,6 +6,7 @@ unique ids, raw producing with acknowledgement, an offset probe and the DLQ's en
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from confluent_kafka.admin import (
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
+from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.dlq import DeadLetterEntry, read_dlq
 
 #: A short ladder: level 3 (the first retry) waits 300 ms, level 6 (the last) 600 ms.
@@ -290,6 +292,23 @@ def set_topic_config(bootstrap: str, topics: list[str], key: str, value: str | N
         return True
 
     wait_until(applied, 30, f"{key}={value} in force on {topics}")
+
+
+def ensure_configured(
+    conf: dict[str, Any], plans: list[TopicPlan], kafka_topics: list[str], config: dict[str, str]
+) -> None:
+    """Create ``plans``, those named in ``kafka_topics`` with ``config`` on top of their own.
+    A config given at creation holds from the first record; one changed later reaches the
+    broker's logs a moment after the admin call returns (see :func:`set_topic_config`)."""
+    ensure_topics(
+        conf,
+        [
+            dataclasses.replace(p, config={**p.config, **config})
+            if p.kafka_topic in kafka_topics
+            else p
+            for p in plans
+        ],
+    )
 
 
 def committed_offsets(conf: dict[str, Any], group: str, kafka_topic: str) -> dict[int, int]:

@@ -13,7 +13,6 @@ consumer's own counters alone.  Tests that stop the shared broker are marked
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import logging
@@ -32,6 +31,7 @@ from confluent_kafka.admin import (
 )
 from consumer_helpers import (
     dlq_ids,
+    ensure_configured,
     names,
     new_ids,
     offset_probe,
@@ -45,7 +45,7 @@ from consumer_procs import fails_first, is_poison
 from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService, naming
 from adapter.core.delay import DelayLevels
 from adapter.embedded import EmbeddedKafka
-from adapter.io.topics import ensure_topics, plan_topics
+from adapter.io.topics import plan_topics
 from adapter.services.dlq import DeadLetterEntry
 
 pytestmark = pytest.mark.integration
@@ -236,16 +236,7 @@ def test_send_back_failing_is_reconsumed_locally_and_holds_the_offset(
     plans = plan_topics(groups=[group], delay_levels=levels, namespace=ns, partitions=1)
     # created refusing (a config changed later reaches the broker's logs a moment after the
     # admin call returns: a send-back in between would be accepted)
-    refusing = {_REFUSE_OLD: "0"}
-    ensure_topics(
-        {"bootstrap.servers": bs},
-        [
-            dataclasses.replace(p, config={**p.config, **refusing})
-            if p.kafka_topic in delay_topics
-            else p
-            for p in plans
-        ],
-    )
+    ensure_configured({"bootstrap.servers": bs}, plans, delay_topics, {_REFUSE_OLD: "0"})
 
     ids = new_ids(20)
     target = ids[10]

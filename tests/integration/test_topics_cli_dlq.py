@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from consumer_helpers import end_offsets, set_topic_config
+from consumer_helpers import end_offsets, ensure_configured, set_topic_config
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.core import naming
@@ -194,16 +193,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     # limit, 1 to 3 times in 40 here), a topic's configs at creation hold from the start.
     dlq, retry = (naming.to_kafka(t) for t in (naming.dlq_topic(group), naming.retry_topic(group)))
     plans = plan_topics(groups=[group], delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
-    sized = {"max.message.bytes": "8000"}
-    ensure_topics(
-        conf,
-        [
-            dataclasses.replace(p, config={**p.config, **sized})
-            if p.kafka_topic in (dlq, retry)
-            else p
-            for p in plans
-        ],
-    )
+    ensure_configured(conf, plans, [dlq, retry], {"max.message.bytes": "8000"})
     big = bytes(range(256)) * 29  # 7424 bytes
     healed = threading.Event()
     seen: list[tuple[bytes, int, str, dict[str, str]]] = []
