@@ -336,8 +336,8 @@ class _LockedEngine:
             return self.engine.paused()
 
     def local_retries(self) -> int:
-        # messages visible again wait for ``receive``: nothing is due, the loop need not
-        # poll faster for them
+        # introspection only: messages visible again wait for ``receive``, not for a timer
+        # (the loop's timers come from ``next_due``)
         return 0
 
     def next_due(self) -> float | None:

@@ -211,10 +211,13 @@ class TestExpiry:
         [late] = eng.receive(1, 30.0, now=0.0)
         [early] = eng.receive(1, 5.0, now=1.0)
         assert eng.next_due() == 6.0
-        copies(eng.tick(6.0))
+        [expired] = copies(eng.tick(6.0))
+        assert expired.msg.queue_offset == early.offset
         assert eng.next_due() == 30.0
         eng.ack(late, now=7.0)  # settled: its deadline passes without work
-        assert early.deadline == 6.0
+        assert eng.next_due() == 30.0
+        assert copies(eng.tick(30.0)) == []
+        assert eng.next_due() is None
 
     def test_change_invisible_duration_may_shorten_to_now(self) -> None:
         eng = engine()
