@@ -190,7 +190,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     # its extra headers (reason, time, a 512-character failure message), the redriven copy
     # (without them) fits.  They are created with it: a broker applies a config change a
     # moment after the admin call returns (a record produced at once was judged by the old
-    # limit, 1 to 3 times in 40 here), a topic's configs at creation hold from the start.
+    # limit 3 times in 40 and once in 60 here); configs given at creation hold from the start.
     dlq, retry = (naming.to_kafka(t) for t in (naming.dlq_topic(group), naming.retry_topic(group)))
     plans = plan_topics(groups=[group], delay_levels=DelayLevels.coerce(LEVELS), namespace=ns)
     ensure_configured(conf, plans, [dlq, retry], {"max.message.bytes": "8000"})
