@@ -3,7 +3,7 @@
 #
 #   rmq-kafka/debian-base:bookworm  a minimal Debian (debootstrap, with a Java 17 JRE and
 #                                   Python 3) turned into an image with `docker import`
-#   rmq-kafka/kafka:4.1.1           a single-node KRaft broker from the project's pinned Kafka
+#   rmq-kafka/kafka:4.4.0           a single-node KRaft broker from the project's pinned Kafka
 #                                   jars (Maven Central, cached by `./run.sh setup`), configured
 #                                   by KAFKA_* environment variables like the official image
 #   rmq-kafka/app:<version>         the project's own wheel and its dependencies (wheels fetched
@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 HERE=$PWD
 ROOT=$(cd .. && pwd)
-KAFKA_VERSION=4.1.1
+KAFKA_VERSION=4.4.0
 SPARK_VERSION=4.1.1
 SUITE=bookworm
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"

@@ -31,7 +31,7 @@ done
 
 docker info >/dev/null 2>&1 || { echo "up.sh: no Docker engine (start dockerd)" >&2; exit 1; }
 missing=()
-for image in rmq-kafka/kafka:4.1.1 "rmq-kafka/app:$RMQ_STACK_TAG" "rmq-kafka/spark:$RMQ_STACK_TAG" \
+for image in rmq-kafka/kafka:4.4.0 "rmq-kafka/app:$RMQ_STACK_TAG" "rmq-kafka/spark:$RMQ_STACK_TAG" \
              "rmq-kafka/prometheus:$RMQ_STACK_TAG"; do
   docker image inspect "$image" >/dev/null 2>&1 || missing+=("$image")
 done

@@ -61,7 +61,7 @@ __all__ = [
     "stop_default",
 ]
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 DEFAULT_INSTANCE = "default"
 HOME_ENV = "RMQ_KAFKA_HOME"
 HOST = "127.0.0.1"

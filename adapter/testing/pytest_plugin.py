@@ -4,7 +4,7 @@ Broker selection (session fixture ``kafka_mode``), first match wins:
 
 1. ``env``       -- ``KAFKA_BOOTSTRAP_SERVERS`` is set: use that cluster as is.
 2. ``container`` -- a Docker engine is reachable and the image ``$RMQ_KAFKA_IMAGE``
-                    (default ``apache/kafka:4.1.1``) is already present locally (never pulled).
+                    (default ``apache/kafka:4.4.0``) is already present locally (never pulled).
 3. ``embedded``  -- an :class:`~adapter.embedded.EmbeddedKafka` JVM unique to this session
                     (fresh data, stopped at session end).
 
@@ -50,7 +50,7 @@ __all__ = [
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 IMAGE_ENV = "RMQ_KAFKA_IMAGE"
 MODE_ENV = "RMQ_KAFKA_MODE"
-DEFAULT_IMAGE = "apache/kafka:4.1.1"
+DEFAULT_IMAGE = "apache/kafka:4.4.0"
 MODES = ("env", "container", "embedded")
 
 _READY_TIMEOUT_S = 60.0
