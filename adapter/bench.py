@@ -873,7 +873,9 @@ def run_bench(args: argparse.Namespace) -> int:
     if not bootstrap:
         from adapter.embedded import EmbeddedKafka
 
-        broker = EmbeddedKafka("bench", heap="1g")
+        brokers = getattr(args, "brokers", 1)
+        # one broker gets 1 GiB; three share the machine's cores and memory
+        broker = EmbeddedKafka("bench", heap="1g" if brokers == 1 else "512m", brokers=brokers)
         bootstrap = broker.start(fresh=True)
     try:
         bench = Bench(bootstrap, args.messages, args.repeats)

@@ -82,14 +82,37 @@ def _add_kafka_args(p: argparse.ArgumentParser) -> None:
 def _cmd_kafka(args: argparse.Namespace) -> int:
     from adapter.embedded import EmbeddedKafka
 
-    broker = EmbeddedKafka(args.name)
+    broker = (  # stop/status/kill: as many nodes as the instance's last start had
+        EmbeddedKafka.existing(args.name)
+        if args.brokers is None
+        else EmbeddedKafka(args.name, brokers=args.brokers)
+    )
+    if args.node is not None:
+        node = broker.node(args.node)
+        if args.action == "start":
+            print(node.start())
+        elif args.action == "stop":
+            print("stopped" if node.stop() else "not running")
+        elif args.action == "kill":
+            node.kill()
+            print("killed")
+        else:
+            st = node.status()
+            print(json.dumps(None if st is None else _node_json(st)))
+            return 0 if st is not None and st.running else 1
+        return 0
     if args.action == "start":
         print(broker.start())
     elif args.action == "stop":
         print("stopped" if broker.stop() else "not running")
+    elif args.action == "kill":
+        broker.kill()
+        print("killed")
     else:
         status = broker.status()
         if status is None or not status.running:
+            if status is not None:
+                print(json.dumps({"nodes": [_node_json(n) for n in status.nodes]}))
             print("not running")
             return 1
         print(
@@ -99,10 +122,21 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
                     "pid": status.pid,
                     "bootstrap.servers": status.bootstrap_servers,
                     "data_dir": str(status.data_dir),
+                    "brokers": len(status.nodes),
+                    "nodes": [_node_json(n) for n in status.nodes],
                 }
             )
         )
     return 0
+
+
+def _node_json(node: Any) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "pid": node.pid,
+        "bootstrap.servers": node.bootstrap_servers,
+        "running": node.running,
+    }
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
@@ -120,7 +154,12 @@ def _cmd_topics(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         max_message_bytes=size,
     )
-    created = ensure_topics(config, plans)
+    created = ensure_topics(
+        config,
+        plans,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+    )
     for plan in plans:
         state = "created" if created.get(plan.logical) else "exists"
         print(f"{state:8} {plan.logical}  ->  {plan.kafka_topic}")
@@ -445,9 +484,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    k = sub.add_parser("kafka", help="the embedded single-node Kafka broker (KRaft)")
-    k.add_argument("action", choices=["start", "stop", "status"])
+    k = sub.add_parser(
+        "kafka", help="the embedded Kafka (KRaft): one broker, or a cluster with --brokers 3"
+    )
+    k.add_argument("action", choices=["start", "stop", "status", "kill"])
     k.add_argument("--name", default="default", help="instance name (default: default)")
+    k.add_argument(
+        "--brokers",
+        type=int,
+        help="nodes in the cluster, each broker and controller (start: default 1; "
+        "replication factor 3 and min.insync.replicas 2 from 3 nodes on)",
+    )
+    k.add_argument(
+        "--node",
+        type=int,
+        help="act on this node only (1..brokers): stop is a controlled shutdown, kill is "
+        "SIGKILL, start brings it back on the same ports and data",
+    )
     k.set_defaults(func=_cmd_kafka)
 
     t = sub.add_parser("topics", help="topic provisioning")
@@ -460,6 +513,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--delay-levels", help="messageDelayLevel table (default: RocketMQ's 18 levels)")
     t.add_argument("--namespace")
     t.add_argument("--partitions", type=int, default=3)
+    t.add_argument(
+        "--replication-factor",
+        type=int,
+        help="copies of each new topic (default: the broker's default.replication.factor, "
+        "raised to 3 on a cluster of 3 brokers or more)",
+    )
+    t.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        help="min.insync.replicas of each new topic (default: 2 where the factor is 3 or "
+        "more and the broker's default is lower; else the broker's)",
+    )
     t.add_argument(
         "--max-message-bytes",
         type=int,
@@ -525,6 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks against raw confluent-kafka in the same run")
     b.add_argument("-b", "--bootstrap-servers")
+    b.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="nodes of the embedded cluster it starts (without -b): 3 measures on a cluster "
+        "(replication factor 3, min.insync.replicas 2), raw confluent-kafka on the same one",
+    )
     b.add_argument("--messages", type=int, default=100_000)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument(

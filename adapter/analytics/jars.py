@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from adapter.embedded.broker import _flock, copy_maven_dependencies, kafka_home
+from adapter.embedded.jars import copy_maven_dependencies, file_lock, kafka_home
 from adapter.errors import AdapterError, AuthenticationError
 
 __all__ = [
@@ -122,7 +122,7 @@ def ensure_spark_jars(home: str | os.PathLike[str] | None = None) -> list[Path]:
         return jars
     root = lib.parent
     root.mkdir(parents=True, exist_ok=True)
-    with _flock(root / ".lock"):
+    with file_lock(root / ".lock"):
         jars = _complete(lib)
         if jars is not None:
             return jars

@@ -1,4 +1,5 @@
-"""A real single-node Apache Kafka broker (KRaft) for tests, demos and local development."""
+"""A real Apache Kafka (KRaft) on 127.0.0.1 for tests, demos and local development: one
+broker, or a cluster of several (``EmbeddedKafka(brokers=3)``) whose nodes can be bounced."""
 
 from adapter.embedded.broker import (
     DEFAULT_INSTANCE,
@@ -6,6 +7,8 @@ from adapter.embedded.broker import (
     BrokerStatus,
     EmbeddedKafka,
     EmbeddedKafkaError,
+    KafkaNode,
+    NodeStatus,
     ensure_jars,
     kafka_home,
     lib_dir,
@@ -20,6 +23,8 @@ __all__ = [
     "BrokerStatus",
     "EmbeddedKafka",
     "EmbeddedKafkaError",
+    "KafkaNode",
+    "NodeStatus",
     "ensure_jars",
     "kafka_home",
     "lib_dir",

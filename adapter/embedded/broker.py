@@ -1,392 +1,128 @@
-"""A real, single-node Apache Kafka broker (KRaft, combined broker+controller) run as a JVM.
+"""A real Apache Kafka (KRaft) on 127.0.0.1: one node, or a cluster of N, each node a JVM that
+is broker and controller at once (the controller quorum is every node).
 
-The broker jars are fetched once with Maven (``pom.xml`` shipped as package data) into a
-shared cache::
-
-    <home>/kafka-<KAFKA_VERSION>/lib/*.jar        home = $RMQ_KAFKA_HOME or ~/.cache/rmq-kafka
-
-Each named instance lives in its own directory (``<home>/instances/<name>`` unless an explicit
+The broker jars come from :mod:`adapter.embedded.jars` (fetched once, cached). Each named
+instance lives in its own directory (``<home>/instances/<name>`` unless an explicit
 ``instances_dir`` is given, e.g. a pytest ``tmp_path``)::
 
-    instance.json      persistent config: ports + cluster id (kept across stop/start)
-    state.json         runtime state: pid, bootstrap, ports, data dir (removed by stop())
-    server.properties  generated broker config
+    instance.json      persistent config: cluster id + each node's ports (kept across stops)
+    state.json         runtime state: bootstrap, each node's pid and ports (removed by stop())
+    server.properties  generated broker config      (a cluster: node-<id>/server.properties)
     log4j2.properties  generated logging config
-    server.log         broker log
+    server.log         broker log                    (a cluster: node-<id>/server.log)
     stdout.log         JVM stdout/stderr
     data/              log.dirs (KRaft metadata + topic data)
 
-``start()`` is idempotent across processes: if ``state.json`` names a live broker process that
-accepts connections it is reused. The broker is detached (own session), so it outlives the
-Python process that started it until ``stop()`` is called.
+A cluster (``brokers=3``) is what production runs: the internal topics (offsets,
+transactions, share-group state) and new topics take replication factor 3 and
+``min.insync.replicas=2``, so one node can be down without a write being refused. Each node
+can be stopped, killed, frozen and restarted on its own (:meth:`EmbeddedKafka.node`), which is
+what the bounce tests do.
+
+``start()`` is idempotent across processes: if ``state.json`` names live nodes that accept
+connections they are reused. The nodes are detached (own session), so they outlive the Python
+process that started them until ``stop()`` is called.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
-import shutil
 import signal
-import socket
-import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from adapter.errors import AdapterError, ConfigError
+from adapter.embedded.jars import (
+    HOME_ENV,
+    KAFKA_VERSION,
+    EmbeddedKafkaError,
+    copy_maven_dependencies,
+    ensure_jars,
+    file_lock,
+    kafka_home,
+    lib_dir,
+)
+from adapter.embedded.node import (
+    HOST,
+    READY_TIMEOUT_S,
+    KafkaNode,
+    NodeStatus,
+    brokers_listed,
+    coordinator_partition,
+    free_ports,
+    new_cluster_id,
+    pid_alive,
+    port_open,
+    probe_admin,
+    reap,
+    wait_dead,
+)
+from adapter.errors import ConfigError
 
 __all__ = [
     "DEFAULT_INSTANCE",
+    "HOME_ENV",
     "KAFKA_VERSION",
     "BrokerStatus",
     "EmbeddedKafka",
     "EmbeddedKafkaError",
+    "KafkaNode",
+    "NodeStatus",
+    "coordinator_partition",
+    "copy_maven_dependencies",
     "ensure_jars",
     "kafka_home",
     "lib_dir",
+    "pid_alive",
     "start_default",
     "status_default",
     "stop_default",
 ]
 
-KAFKA_VERSION = "4.4.0"
 DEFAULT_INSTANCE = "default"
-HOME_ENV = "RMQ_KAFKA_HOME"
-HOST = "127.0.0.1"
+MAX_BROKERS = 9
 
-_MARKER = ".rmq-kafka-complete"
-_MVN_TIMEOUT_S = 1800.0
-_FORMAT_TIMEOUT_S = 120.0
-_READY_TIMEOUT_S = 120.0  # a restart replays every topic; slow on a loaded 2-core machine
 _PORT_RETRIES = 2
-_LOG_TAIL_LINES = 40
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: partitions of Kafka's internal topics here (Kafka's defaults, 50, are slow to create)
+OFFSETS_PARTITIONS = 10
+TRANSACTION_PARTITIONS = 10
 
 _log = logging.getLogger(__name__)
-
-
-class EmbeddedKafkaError(AdapterError, RuntimeError):
-    """The embedded broker (or its jars) could not be prepared, started or controlled.
-
-    An :class:`~adapter.errors.AdapterError`, and a ``RuntimeError`` as before.
-    """
 
 
 @dataclass(frozen=True)
 class BrokerStatus:
     name: str
+    #: the first node's pid (the only one's, for a single broker)
     pid: int
     bootstrap_servers: str
     data_dir: Path
+    #: every node is running
     running: bool
+    nodes: tuple[NodeStatus, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
-# jars
+# the instance: one node or a cluster
 # --------------------------------------------------------------------------------------------
-
-
-def kafka_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """Cache/state root: ``home``, else ``$RMQ_KAFKA_HOME``, else ~/.cache/rmq-kafka."""
-    if home is not None:
-        return Path(home).expanduser().resolve()
-    env = os.environ.get(HOME_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    return (Path.home() / ".cache" / "rmq-kafka").resolve()
-
-
-def lib_dir(home: str | os.PathLike[str] | None = None) -> Path:
-    return kafka_home(home) / f"kafka-{KAFKA_VERSION}" / "lib"
-
-
-def _jars_complete(lib: Path) -> bool:
-    marker = lib / _MARKER
-    if not marker.is_file():
-        return False
-    names = [n for n in marker.read_text(encoding="utf-8").splitlines() if n.strip()]
-    return bool(names) and all((lib / n).is_file() for n in names)
-
-
-def _tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _file_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            data = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return "<missing>"
-    return _tail(data, lines) or "<empty>"
-
-
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    """Exclusive advisory lock (inter-process, and between threads of this process)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def _which(tool: str) -> str:
-    if tool == "java":
-        java_home = os.environ.get("JAVA_HOME")
-        if java_home:
-            candidate = Path(java_home) / "bin" / "java"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    found = shutil.which(tool)
-    if found is None:
-        raise EmbeddedKafkaError(
-            f"`{tool}` was not found on PATH; the embedded Kafka broker needs a JDK (17+)"
-            + (" and Maven (to fetch the broker jars once)" if tool == "mvn" else "")
-        )
-    return found
-
-
-def ensure_jars(home: str | os.PathLike[str] | None = None) -> Path:
-    """Make sure the Kafka broker jars are in ``<home>/kafka-<version>/lib``; return that dir.
-
-    Runs ``mvn dependency:copy-dependencies`` only when the lib dir is missing or incomplete.
-    """
-    lib = lib_dir(home)
-    if _jars_complete(lib):
-        return lib
-    root = lib.parent
-    with _flock(root / ".lock"):
-        if _jars_complete(lib):  # fetched by someone else while we waited for the lock
-            return lib
-        _which("java")
-        tmp = copy_maven_dependencies(
-            resources.files("adapter.embedded").joinpath("pom.xml").read_bytes(),
-            root,
-            f"lib.tmp-{os.getpid()}",
-            what=f"Kafka {KAFKA_VERSION} jars",
-            complete=lambda names: any(j.startswith("kafka_2.13-") for j in names),
-            error=EmbeddedKafkaError,
-        )
-        jars = sorted(p.name for p in tmp.glob("*.jar"))
-        (tmp / _MARKER).write_text("\n".join(jars) + "\n", encoding="utf-8")
-        shutil.rmtree(lib, ignore_errors=True)
-        tmp.rename(lib)
-    return lib
-
-
-def copy_maven_dependencies(
-    pom: bytes,
-    root: Path,
-    tmp_name: str,
-    *,
-    what: str,
-    complete: Callable[[set[str]], bool],
-    error: Callable[[str], Exception],
-) -> Path:
-    """Fetch the runtime dependencies of ``pom`` (written to ``root/pom.xml``) with
-    ``mvn dependency:copy-dependencies`` into ``root/tmp_name``; return that folder.
-
-    ``complete`` checks the jar names fetched; on a failure, a timeout or an incomplete set
-    the folder is removed and ``error(message)`` is raised with mvn's output tail."""
-    mvn = _which("mvn")
-    pom_file = root / "pom.xml"
-    pom_file.write_bytes(pom)
-    tmp = root / tmp_name
-    shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [
-        mvn,
-        "-B",
-        "-q",
-        "-f",
-        str(pom_file),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={tmp}",
-        "-DincludeScope=runtime",
-    ]
-    _log.info("fetching %s into %s", what, root)
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=_MVN_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise error(f"mvn timed out after {_MVN_TIMEOUT_S:.0f}s fetching {what}") from exc
-    names = {p.name for p in tmp.glob("*.jar")} if tmp.is_dir() else set()
-    if proc.returncode != 0 or not complete(names):
-        shutil.rmtree(tmp, ignore_errors=True)
-        output = _tail((proc.stdout or "") + "\n" + (proc.stderr or ""), 60)
-        raise error(
-            f"fetching {what} failed (mvn exit {proc.returncode}):\n"
-            f"$ {' '.join(cmd)}\n{output or '<no output>'}"
-        )
-    return tmp
-
-
-# --------------------------------------------------------------------------------------------
-# process / network helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _free_ports(n: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:
-        p = _free_port()
-        if p not in ports:
-            ports.append(p)
-    return ports
-
-
-def _port_open(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _proc_state(pid: int) -> str | None:
-    """Linux process state letter from /proc (None if unknown / no procfs)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    rest = stat.rsplit(")", 1)[-1].split()
-    return rest[0] if rest else None
-
-
-def _reap(pid: int) -> int | None:
-    """If ``pid`` is an exited child of this process, reap it and return its exit code."""
-    try:
-        wpid, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # not our child, or already reaped
-        return None
-    return os.waitstatus_to_exitcode(status) if wpid == pid else None
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    _reap(pid)  # a dead child of ours stays a zombie (and "alive" to kill(0)) until reaped
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _proc_state(pid) not in ("Z", "X")
-
-
-def _pid_is_broker(pid: int, server_properties: Path) -> bool:
-    """Guard against pid reuse: the process must be a kafka.Kafka JVM with our config."""
-    if not Path("/proc/self").exists():  # no procfs (e.g. macOS): trust the pid
-        return True
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    args = [a.decode("utf-8", errors="replace") for a in raw.split(b"\0")]
-    return "kafka.Kafka" in args and str(server_properties) in args
-
-
-def _new_cluster_id() -> str:
-    """A KRaft cluster id; never starting with '-' (kafka-storage would read it as an
-    option: Kafka's own Uuid generator avoids those ids for the same reason)."""
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-        if not cid.startswith("-"):
-            return cid
-
-
-def _silent_logger() -> logging.Logger:
-    lg = logging.getLogger("adapter.embedded.probe")
-    lg.propagate = False
-    if not lg.handlers:
-        lg.addHandler(logging.NullHandler())
-    return lg
-
-
-def _metadata_ok(bootstrap: str, timeout: float, security: Mapping[str, str] | None = None) -> bool:
-    """One bounded AdminClient metadata round trip."""
-    admin = AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "socket.connection.setup.timeout.ms": max(1000, int(timeout * 1000)),
-            "reconnect.backoff.ms": 100,
-            "reconnect.backoff.max.ms": 500,
-            **(security or {}),
-        },
-        logger=_silent_logger(),
-    )
-    try:
-        md = admin.list_topics(timeout=timeout)
-    except Exception:
-        return False
-    return bool(md.brokers)
-
-
-# --------------------------------------------------------------------------------------------
-# the broker
-# --------------------------------------------------------------------------------------------
-
-_LOG4J2 = """\
-status = warn
-name = rmq-kafka-embedded
-appender.file.type = RollingFile
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.filePattern = {log}.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = 20MB
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = 2
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-logger.kafka-request.name = kafka.request.logger
-logger.kafka-request.level = WARN
-logger.state-change.name = state.change.logger
-logger.state-change.level = WARN
-"""
 
 
 class EmbeddedKafka:
-    """A named, persistent, single-node KRaft Kafka broker on 127.0.0.1.
+    """A named, persistent KRaft Kafka on 127.0.0.1: one node (``brokers=1``, the default) or
+    a cluster of ``brokers`` nodes, each broker and controller.
 
     ``home`` holds the jar cache (and, by default, the instances); ``instances_dir`` puts the
-    instance directories elsewhere while still sharing the jar cache.
+    instance directories elsewhere while still sharing the jar cache. The instance-wide
+    methods (``start``, ``stop``, ``restart``, ``kill``, ``pause``, ``resume``) act on every
+    node; :meth:`node` gives one.
     """
 
     def __init__(
@@ -394,7 +130,8 @@ class EmbeddedKafka:
         name: str = DEFAULT_INSTANCE,
         home: str | os.PathLike[str] | None = None,
         *,
-        heap: str = "512m",
+        brokers: int = 1,
+        heap: str | None = None,
         extra_properties: Mapping[str, str] | None = None,
         scram_users: Mapping[str, str] | None = None,
         authorizer: bool = False,
@@ -402,7 +139,14 @@ class EmbeddedKafka:
     ) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError("name", name, "invalid instance name (use letters, digits, . _ -)")
+        if (
+            isinstance(brokers, bool)
+            or not isinstance(brokers, int)
+            or not (1 <= brokers <= MAX_BROKERS)
+        ):
+            raise ConfigError("brokers", brokers, f"must be an int from 1 to {MAX_BROKERS}")
         self.name = name
+        self.brokers = brokers
         self.home = kafka_home(home)
         base = (
             Path(instances_dir).expanduser().resolve()
@@ -410,7 +154,8 @@ class EmbeddedKafka:
             else self.home / "instances"
         )
         self.instance_dir = base / name
-        self.heap = heap
+        # three JVMs share two cores and the page cache: a smaller heap each
+        self.heap = heap or ("512m" if brokers == 1 else "384m")
         self.extra_properties: dict[str, str] = dict(extra_properties or {})
         #: SASL/SCRAM-SHA-256 users (name → password); the first one is the super user.
         self.scram_users: dict[str, str] = dict(scram_users or {})
@@ -420,12 +165,37 @@ class EmbeddedKafka:
             raise ConfigError(
                 "authorizer", authorizer, "needs scram_users (the first one is the super user)"
             )
+        self.nodes: tuple[KafkaNode, ...] = tuple(
+            KafkaNode(
+                self, i, self.instance_dir if brokers == 1 else self.instance_dir / f"node-{i}"
+            )
+            for i in range(1, brokers + 1)
+        )
+
+    @classmethod
+    def existing(
+        cls,
+        name: str = DEFAULT_INSTANCE,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        instances_dir: str | os.PathLike[str] | None = None,
+    ) -> EmbeddedKafka:
+        """The instance ``name`` with as many nodes as it was last started with (one if it
+        never was): for stopping or inspecting an instance another process started."""
+        probe = cls(name, home, instances_dir=instances_dir)
+        config = probe._read_json(probe._config_file) or {}
+        nodes = config.get("nodes")
+        brokers = len(nodes) if isinstance(nodes, dict) and nodes else 1
+        if brokers == 1:
+            return probe
+        return cls(name, home, brokers=brokers, instances_dir=instances_dir)
 
     # ---- paths -------------------------------------------------------------------------------
 
     @property
     def data_dir(self) -> Path:
-        return self.instance_dir / "data"
+        """The first node's data (the only one's, for a single broker)."""
+        return self.nodes[0].data_dir
 
     @property
     def state_file(self) -> Path:
@@ -433,19 +203,16 @@ class EmbeddedKafka:
 
     @property
     def server_log(self) -> Path:
-        return self.instance_dir / "server.log"
+        """The first node's log (the only one's, for a single broker)."""
+        return self.nodes[0].server_log
 
     @property
     def stdout_log(self) -> Path:
-        return self.instance_dir / "stdout.log"
+        return self.nodes[0].stdout_log
 
     @property
     def _config_file(self) -> Path:
         return self.instance_dir / "instance.json"
-
-    @property
-    def _properties_file(self) -> Path:
-        return self.instance_dir / "server.properties"
 
     @property
     def _lock_file(self) -> Path:
@@ -453,77 +220,111 @@ class EmbeddedKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        """Bootstrap of the running broker (raises if not started)."""
+        """Bootstrap of the running instance, every node's address (raises if not started)."""
         state = self._read_json(self.state_file)
         if state is None:
             raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
         return str(state["bootstrap_servers"])
 
+    def node(self, node_id: int) -> KafkaNode:
+        """The node with this id (1 .. ``brokers``)."""
+        if not 1 <= node_id <= self.brokers:
+            raise ConfigError("node_id", node_id, f"must be from 1 to {self.brokers}")
+        return self.nodes[node_id - 1]
+
     # ---- public API --------------------------------------------------------------------------
 
-    def start(self, *, fresh: bool = False, timeout: float = _READY_TIMEOUT_S) -> str:
-        """Start (or reuse) the broker and return ``127.0.0.1:<port>``.
+    def start(self, *, fresh: bool = False, timeout: float = READY_TIMEOUT_S) -> str:
+        """Start (or reuse) every node and return the bootstrap servers.
 
-        ``fresh=True`` stops a running broker of this instance and wipes its data first.
-        """
-        with _flock(self._lock_file):
+        ``fresh=True`` stops a running instance and wipes its data first. Nodes that are
+        down (killed, stopped) in a running cluster are started again."""
+        with file_lock(self._lock_file):
             if fresh:
-                self._stop_locked(30.0)
+                # whatever this instance ran before, however many nodes it had
+                EmbeddedKafka.existing(
+                    self.name, self.home, instances_dir=self.instance_dir.parent
+                )._stop_locked(30.0)
             else:
-                live = self._live_state()
-                if live is not None:
-                    return str(live["bootstrap_servers"])
+                state = self._read_json(self.state_file)
+                if state is not None and int(state.get("brokers", 1)) != self.brokers:
+                    raise EmbeddedKafkaError(
+                        f"embedded Kafka {self.name!r} was started with "
+                        f"{state.get('brokers', 1)} broker(s), not {self.brokers}: stop it "
+                        f"first (rmq-kafka kafka stop --name {self.name}), or start it fresh"
+                    )
+                if state is not None:
+                    down = [n for n in self.nodes if not self._node_live(n, state)]
+                    if not down:
+                        return str(state["bootstrap_servers"])
+                    if len(down) < len(self.nodes):  # a partial cluster: bring the rest back
+                        for node in down:
+                            node._stop_locked(10.0)
+                            node._relaunch_locked(timeout)
+                        return str(state["bootstrap_servers"])
                 self._stop_locked(10.0)  # a hung/half-dead process of ours must release data
             return self._launch_locked(fresh=fresh, same_ports=False, timeout=timeout)
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Gracefully stop the broker (SIGTERM, then SIGKILL). True if a broker was running."""
-        with _flock(self._lock_file):
+        """Gracefully stop every node (SIGTERM, then SIGKILL). True if one was running."""
+        with file_lock(self._lock_file):
             return self._stop_locked(timeout)
 
-    def restart(self, *, hard: bool = False, timeout: float = _READY_TIMEOUT_S) -> str:
-        """Stop (SIGTERM, or SIGKILL with ``hard=True``) and start again on the same ports and
-        with the same data, so clients can reconnect to the same bootstrap."""
-        with _flock(self._lock_file):
-            state = self._read_json(self.state_file)
-            if state is not None:
-                pid = int(state["pid"])
-                if self._owns(pid):
+    def restart(self, *, hard: bool = False, timeout: float = READY_TIMEOUT_S) -> str:
+        """Stop every node (SIGTERM, or SIGKILL with ``hard=True``) and start them again on
+        the same ports and with the same data, so clients can reconnect to the same
+        bootstrap."""
+        with file_lock(self._lock_file):
+            state = self._read_json(self.state_file) or {}
+            for node in self.nodes:
+                entry = self._entry(state, node.node_id)
+                if entry is not None and node.owns(int(entry["pid"])):
+                    pid = int(entry["pid"])
                     if hard:
-                        self._signal(pid, signal.SIGKILL)
-                        self._wait_dead(pid, 30.0)
+                        node._signal(pid, signal.SIGKILL)
+                        wait_dead(pid, 30.0)
                     else:
-                        self._terminate(pid, 30.0)
+                        node._terminate(pid, 30.0)
             return self._launch_locked(fresh=False, same_ports=True, timeout=timeout)
 
     def kill(self) -> None:
-        """SIGKILL the broker without any cleanup (fault injection). ``start()``/``restart()``
-        bring it back on the same ports with the same data."""
-        pid = self._require_pid()
-        self._signal(pid, signal.SIGKILL)
-        self._wait_dead(pid, 30.0)
+        """SIGKILL every node without any cleanup (fault injection). ``start()``/``restart()``
+        bring them back on the same ports with the same data."""
+        self._each(KafkaNode.kill)
 
     def pause(self) -> None:
-        """SIGSTOP the broker: connections stay open but nothing is answered."""
-        self._signal(self._require_pid(), signal.SIGSTOP)
+        """SIGSTOP every node: connections stay open but nothing is answered."""
+        self._each(KafkaNode.pause)
 
     def resume(self) -> None:
-        """SIGCONT a paused broker."""
-        self._signal(self._require_pid(), signal.SIGCONT)
+        """SIGCONT every paused node."""
+        self._each(KafkaNode.resume)
+
+    def _each(self, action: Callable[[KafkaNode], None]) -> None:
+        """``action`` on every node; a node that is not running raises only after the others
+        had theirs."""
+        first: EmbeddedKafkaError | None = None
+        for node in self.nodes:
+            try:
+                action(node)
+            except EmbeddedKafkaError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def status(self) -> BrokerStatus | None:
         """None if the instance has no state (never started or stopped)."""
         state = self._read_json(self.state_file)
         if state is None:
             return None
-        pid = int(state["pid"])
-        running = self._owns(pid) and _port_open(int(state["port"]))
+        nodes = tuple(st for st in (n.status() for n in self.nodes) if st is not None)
         return BrokerStatus(
             name=self.name,
-            pid=pid,
+            pid=nodes[0].pid if nodes else 0,
             bootstrap_servers=str(state["bootstrap_servers"]),
-            data_dir=Path(str(state["data_dir"])),
-            running=running,
+            data_dir=self.data_dir,
+            running=len(nodes) == self.brokers and all(n.running for n in nodes),
+            nodes=nodes,
         )
 
     def is_running(self) -> bool:
@@ -532,8 +333,66 @@ class EmbeddedKafka:
 
     @property
     def pid(self) -> int | None:
-        state = self._read_json(self.state_file)
-        return None if state is None else int(state["pid"])
+        """The first node's pid (the only one's, for a single broker)."""
+        return self.nodes[0].pid
+
+    # ---- where things are (for bounce tests) ---------------------------------------------
+
+    def _metadata(self, timeout: float = 10.0) -> Any:
+        return probe_admin(self.bootstrap_servers, timeout, self.client_security()).list_topics(
+            timeout=timeout
+        )
+
+    def leader_of(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        """The node id that leads ``topic``'s ``partition`` now (-1: none)."""
+        md = self._metadata(timeout)
+        if topic not in md.topics or partition not in md.topics[topic].partitions:
+            raise EmbeddedKafkaError(f"no partition {topic}[{partition}] on {self.name!r}")
+        return int(md.topics[topic].partitions[partition].leader)
+
+    def transaction_coordinator(self, transactional_id: str, timeout: float = 10.0) -> int:
+        """The node id that coordinates ``transactional_id``'s transactions now."""
+        return self.leader_of(
+            "__transaction_state",
+            coordinator_partition(transactional_id, TRANSACTION_PARTITIONS),
+            timeout,
+        )
+
+    def group_coordinator(self, group_id: str, timeout: float = 10.0) -> int:
+        """The node id that coordinates the consumer group ``group_id`` now."""
+        return self.leader_of(
+            "__consumer_offsets", coordinator_partition(group_id, OFFSETS_PARTITIONS), timeout
+        )
+
+    def under_replicated(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
+        """Partitions whose in-sync replicas are fewer than their replicas, or leaderless."""
+        md = self._metadata()
+        wanted = set(topics) if topics is not None else None
+        return sorted(
+            (name, pid)
+            for name, t in md.topics.items()
+            if wanted is None or name in wanted
+            for pid, p in t.partitions.items()
+            if p.leader < 0 or len(p.isrs) < len(p.replicas)
+        )
+
+    def wait_in_sync(self, timeout: float = 120.0, topics: Iterable[str] | None = None) -> None:
+        """Wait until every partition (of ``topics``, or all) has its full ISR again: what an
+        operator waits for between the brokers of a rolling restart."""
+        wanted = list(topics) if topics is not None else None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                lagging = self.under_replicated(wanted)
+            except Exception as exc:  # metadata not answered yet: try again
+                lagging = [(f"<metadata: {exc}>", -1)]
+            if not lagging:
+                return
+            if time.monotonic() >= deadline:
+                raise EmbeddedKafkaError(
+                    f"{self.name!r}: still under-replicated after {timeout:.0f}s: {lagging[:10]}"
+                )
+            time.sleep(0.2)
 
     def __enter__(self) -> EmbeddedKafka:
         self.start()
@@ -548,105 +407,47 @@ class EmbeddedKafka:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"EmbeddedKafka(name={self.name!r}, instance_dir={str(self.instance_dir)!r})"
+        return (
+            f"EmbeddedKafka(name={self.name!r}, brokers={self.brokers}, "
+            f"instance_dir={str(self.instance_dir)!r})"
+        )
 
-    # ---- internals ---------------------------------------------------------------------------
+    # ---- configuration ---------------------------------------------------------------------
 
-    @staticmethod
-    def _read_json(path: Path) -> dict[str, Any] | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    @staticmethod
-    def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-
-    def _owns(self, pid: int) -> bool:
-        """The pid is alive and is this instance's broker JVM."""
-        # cmdline first: a zombie has none, and only our own broker child is ever reaped
-        return _pid_is_broker(pid, self._properties_file) and pid_alive(pid)
-
-    def _live_state(self) -> dict[str, Any] | None:
-        state = self._read_json(self.state_file)
-        if state is None:
-            return None
-        if self._owns(int(state["pid"])) and _port_open(int(state["port"])):
-            return state
-        return None
-
-    def _require_pid(self) -> int:
-        state = self._read_json(self.state_file)
-        if state is None or not self._owns(int(state["pid"])):
-            raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not running")
-        return int(state["pid"])
-
-    def _signal(self, pid: int, sig: signal.Signals) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError as exc:
-            raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} (pid {pid}) is gone") from exc
-
-    def _wait_dead(self, pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while True:
-            if not pid_alive(pid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-
-    def _terminate(self, pid: int, timeout: float) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-            os.kill(pid, signal.SIGCONT)  # a paused broker must run to handle SIGTERM
-        if not self._wait_dead(pid, timeout):
-            _log.warning("embedded Kafka %s (pid %d) ignored SIGTERM; killing", self.name, pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            self._wait_dead(pid, 10.0)
-
-    def _stop_locked(self, timeout: float) -> bool:
-        state = self._read_json(self.state_file)
-        was_running = False
-        if state is not None:
-            pid = int(state["pid"])
-            if self._owns(pid):
-                self._terminate(pid, timeout)
-                was_running = True
-        with contextlib.suppress(FileNotFoundError):
-            self.state_file.unlink()
-        return was_running
-
-    def _properties(self, port: int, cport: int) -> dict[str, str]:
+    def _properties(self, node_id: int, ports: Mapping[int, tuple[int, int]]) -> dict[str, str]:
+        port, cport = ports[node_id]
+        replicas = str(min(3, self.brokers))
+        #: one node may be down without a write being refused (production's usual 2 of 3)
+        min_isr = "2" if self.brokers >= 3 else "1"
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{HOST}:{cport}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": ",".join(
+                f"{i}@{HOST}:{c}" for i, (_p, c) in sorted(ports.items())
+            ),
             "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
             "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.data_dir),
+            "log.dirs": str(self.node(node_id).data_dir),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "10",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replicas,
+            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": str(TRANSACTION_PARTITIONS),
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": "0",
             # A SIGKILLed broker can only re-register once its old session expired (default
-            # 9 s): keep that short.  But a SIGSTOPped one (a GC pause, a frozen VM) that
-            # outlasts it is fenced by its own controller on waking, and that single-broker
-            # metadata with no broker in it makes librdkafka >= 2.10 drop every broker it
-            # knows for good: keep it above short stalls.
+            # 9 s), and its partitions' leadership moves only then: keep that short.  But a
+            # SIGSTOPped one (a GC pause, a frozen VM) that outlasts it is fenced by its own
+            # controller on waking, and that single-broker metadata with no broker in it
+            # makes librdkafka >= 2.10 drop every broker it knows for good: keep it above
+            # short stalls.
             "broker.session.timeout.ms": "6000",
             "broker.heartbeat.interval.ms": "500",
             # consumers in tests may detect a dead member in seconds (broker default 6 s)
@@ -676,7 +477,7 @@ class EmbeddedKafka:
                         "authorizer.class.name": (
                             "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
                         ),
-                        # the controller listener is PLAINTEXT inside this one process
+                        # the controller listener is PLAINTEXT inside these processes
                         "super.users": f"User:{admin};User:ANONYMOUS",
                         "allow.everyone.if.no.acl.found": "false",
                     }
@@ -697,192 +498,201 @@ class EmbeddedKafka:
             "sasl.password": self.scram_users[name],
         }
 
-    def _write_configs(self, port: int, cport: int) -> None:
-        lines = [f"{k}={v}" for k, v in self._properties(port, cport).items()]
-        self._properties_file.write_text(
-            "# generated by adapter.embedded; edits are overwritten on start\n"
-            + "\n".join(lines)
-            + "\n",
-            encoding="utf-8",
-        )
-        (self.instance_dir / "log4j2.properties").write_text(
-            _LOG4J2.format(log=self.server_log), encoding="utf-8"
-        )
+    # ---- state files -----------------------------------------------------------------------
 
-    def _java_cmd(self, lib: Path, heap: str, main: str, *args: str) -> list[str]:
-        return [
-            _which("java"),
-            f"-Xmx{heap}",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.instance_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.instance_dir}",
-            f"-XX:ErrorFile={self.instance_dir / 'hs_err_pid%p.log'}",
-            "-cp",
-            f"{lib}/*",
-            main,
-            *args,
-        ]
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
-    def _format(self, lib: Path, cluster_id: str) -> None:
-        cmd = self._java_cmd(
-            lib,
-            "256m",
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster_id,
-            "-c",
-            str(self._properties_file),
-            *(
-                arg
-                for name, password in self.scram_users.items()
-                for arg in ("--add-scram", f"SCRAM-SHA-256=[name={name},password={password}]")
-            ),
-        )
-        for _ in range(2):  # one retry: a JVM that dies at start-up (rare, seen under load)
-            try:
-                proc = subprocess.run(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=_FORMAT_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise EmbeddedKafkaError(f"formatting {self.data_dir} timed out") from exc
-            if proc.returncode == 0:
-                break
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-        if proc.returncode != 0:
-            raise EmbeddedKafkaError(
-                f"formatting KRaft storage {self.data_dir} failed (exit {proc.returncode}):\n"
-                + _tail((proc.stdout or "") + "\n" + (proc.stderr or ""))
-            )
+    @staticmethod
+    def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
-    def _failure(self, headline: str) -> EmbeddedKafkaError:
-        log = _file_tail(self.server_log, 2000).splitlines()
-        key = [ln for ln in log if " ERROR " in ln or " FATAL " in ln or ln.startswith("Caused by")]
-        key_lines = "\n".join(key[:12]) or "<none>"
-        return EmbeddedKafkaError(
-            f"embedded Kafka {self.name!r}: {headline}\n"
-            f"--- ERROR/FATAL lines ---\n{key_lines}\n"
-            f"--- {self.server_log} (last {_LOG_TAIL_LINES} lines) ---\n"
-            f"{_file_tail(self.server_log)}\n"
-            f"--- {self.stdout_log} (last {_LOG_TAIL_LINES} lines) ---\n"
-            f"{_file_tail(self.stdout_log)}"
-        )
+    @staticmethod
+    def _entry(state: Mapping[str, Any], node_id: int) -> dict[str, Any] | None:
+        entry = state.get("nodes", {}).get(str(node_id))
+        return entry if isinstance(entry, dict) else None
 
-    def _address_in_use(self) -> bool:
-        needle = "Address already in use"
-        return needle in _file_tail(self.server_log, 200) or needle in _file_tail(
-            self.stdout_log, 200
-        )
+    def _state_node(self, node_id: int) -> dict[str, Any] | None:
+        state = self._read_json(self.state_file)
+        return None if state is None else self._entry(state, node_id)
+
+    def _set_state_pid(self, node_id: int, pid: int) -> None:
+        state = self._read_json(self.state_file)
+        if state is None:
+            raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
+        state["nodes"][str(node_id)]["pid"] = pid
+        if node_id == 1:
+            state["pid"] = pid
+        self._write_json(self.state_file, state)
+
+    def _node_ports(self, node_id: int) -> tuple[int, int] | None:
+        config = self._read_json(self._config_file) or {}
+        ports = self._config_ports(config)
+        return ports.get(node_id)
+
+    def _config_ports(self, config: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
+        nodes = config.get("nodes")
+        if isinstance(nodes, dict):
+            return {
+                int(i): (int(p["port"]), int(p["controller_port"]))
+                for i, p in nodes.items()
+                if 1 <= int(i) <= self.brokers
+            }
+        if self.brokers == 1 and "port" in config and "controller_port" in config:
+            # written by a single-broker version of this module
+            return {1: (int(config["port"]), int(config["controller_port"]))}
+        return {}
+
+    def _node_live(self, node: KafkaNode, state: Mapping[str, Any]) -> bool:
+        entry = self._entry(state, node.node_id)
+        return entry is not None and node.owns(int(entry["pid"])) and port_open(int(entry["port"]))
+
+    # ---- lifecycle internals ---------------------------------------------------------------
+
+    def _stop_locked(self, timeout: float) -> bool:
+        state = self._read_json(self.state_file) or {}
+        running = {
+            node: int(entry["pid"])
+            for node in self.nodes
+            if (entry := self._entry(state, node.node_id)) is not None
+            and node.owns(int(entry["pid"]))
+        }
+        # every node at once: a node stopped last, alone, would wait for a controller
+        # quorum that is already gone
+        for node, pid in running.items():
+            node.ask_to_stop(pid)
+        deadline = time.monotonic() + timeout
+        for node, pid in running.items():
+            node.finish_stop(pid, max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(FileNotFoundError):
+            self.state_file.unlink()
+        return bool(running)
 
     def _launch_locked(self, *, fresh: bool, same_ports: bool, timeout: float) -> str:
         lib = ensure_jars(self.home)
         self.instance_dir.mkdir(parents=True, exist_ok=True)
         config = self._read_json(self._config_file) or {}
-        formatted = (self.data_dir / "meta.properties").is_file()
-        if fresh or not formatted:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+        formatted = all((n.data_dir / "meta.properties").is_file() for n in self.nodes)
+        if fresh or not formatted or "cluster_id" not in config:
             formatted = False
-            config["cluster_id"] = _new_cluster_id()
-        have_ports = "port" in config and "controller_port" in config
+            config["cluster_id"] = new_cluster_id()
+        ports = self._config_ports(config)
+        have_ports = len(ports) == self.brokers
         keep_ports = have_ports and same_ports
-        if have_ports and (same_ports or formatted):
-            # prefer the previous ports so that clients can reconnect to the same bootstrap
-            ports = [int(config["port"]), int(config["controller_port"])]
-        else:
-            ports = _free_ports(2)
+        if not (have_ports and (same_ports or formatted)):
+            # else: prefer the previous ports so that clients can reconnect to the same bootstrap
+            ports = self._fresh_ports()
 
-        # the previous process is dead before we relaunch, so retrying fixed ports once is enough
+        # the previous processes are dead before we relaunch, so retrying fixed ports once
+        # is enough
         attempts = 2 if keep_ports else 1 + _PORT_RETRIES
         for attempt in range(attempts):
-            port, cport = ports
-            config.update(port=port, controller_port=cport)
-            self._write_configs(port, cport)
+            config = {
+                "cluster_id": config["cluster_id"],
+                "nodes": {str(i): {"port": p, "controller_port": c} for i, (p, c) in ports.items()},
+            }
+            for node in self.nodes:
+                node.write_configs(self._properties(node.node_id, ports))
             if not formatted:
-                self._format(lib, str(config["cluster_id"]))
+                for node in self.nodes:
+                    node.format(lib, str(config["cluster_id"]), self.scram_users)
                 formatted = True
             self._write_json(self._config_file, config)
-            # keep the previous run's logs aside: they would confuse the failure diagnostics
-            for old_log in (self.server_log, self.stdout_log):
-                with contextlib.suppress(FileNotFoundError):
-                    old_log.replace(old_log.with_name(old_log.name + ".prev"))
             try:
-                return self._spawn_and_wait(lib, port, cport, timeout)
+                return self._spawn_all(lib, ports, timeout)
             except EmbeddedKafkaError:
-                if attempt + 1 >= attempts or not self._address_in_use():
+                if attempt + 1 >= attempts or not any(n.address_in_use() for n in self.nodes):
                     raise
                 _log.info("embedded Kafka %s: address in use, retrying", self.name)
                 if keep_ports:
                     time.sleep(0.5)  # the previous process may still be releasing the port
                 else:
                     # KRaft static voters live in the config only: ports may move
-                    ports = _free_ports(2)
+                    ports = self._fresh_ports()
         raise AssertionError("unreachable")
 
-    def _spawn_and_wait(self, lib: Path, port: int, cport: int, timeout: float) -> str:
-        bootstrap = f"{HOST}:{port}"
-        cmd = self._java_cmd(lib, self.heap, "kafka.Kafka", str(self._properties_file))
-        # posix_spawn rather than subprocess.Popen: the broker is meant to outlive this Python
-        # process (CLI use), and a Popen object dropped while its child runs warns on GC.
-        # Children are reaped with waitpid(WNOHANG) in pid_alive.
-        out = os.open(self.stdout_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            pid = os.posix_spawn(
-                cmd[0],
-                cmd,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out, 1),
-                    (os.POSIX_SPAWN_DUP2, out, 2),
-                ],
-                setsid=True,  # detached: own session, no signals from our terminal
-            )
-        finally:
-            os.close(out)
+    def _fresh_ports(self) -> dict[int, tuple[int, int]]:
+        flat = free_ports(2 * self.brokers)
+        return {n.node_id: (flat[2 * k], flat[2 * k + 1]) for k, n in enumerate(self.nodes)}
+
+    def _spawn_all(self, lib: Path, ports: Mapping[int, tuple[int, int]], timeout: float) -> str:
+        bootstrap = ",".join(f"{HOST}:{ports[n.node_id][0]}" for n in self.nodes)
         started = time.monotonic()
-        deadline = started + timeout
-        while True:
-            code = _reap(pid)
-            if code is not None or not pid_alive(pid):
-                raise self._failure(f"broker process exited with code {code}")
-            if _port_open(port) and _metadata_ok(
-                bootstrap, timeout=2.0, security=self.client_security()
-            ):
-                break
-            if time.monotonic() >= deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                self._wait_dead(pid, 10.0)
-                raise self._failure(f"broker not ready on {bootstrap} within {timeout:.0f}s")
-            time.sleep(0.1)
+        pids = {n.node_id: n.spawn(lib) for n in self.nodes}
         self._write_json(
             self.state_file,
             {
                 "name": self.name,
-                "pid": pid,
+                "brokers": self.brokers,
+                "pid": pids[1],
                 "bootstrap_servers": bootstrap,
-                "port": port,
-                "controller_port": cport,
+                "port": ports[1][0],
+                "controller_port": ports[1][1],
                 "data_dir": str(self.data_dir),
                 "instance_dir": str(self.instance_dir),
                 "kafka_version": KAFKA_VERSION,
                 "started_at": time.time(),
+                "nodes": {
+                    str(i): {"pid": pid, "port": ports[i][0], "controller_port": ports[i][1]}
+                    for i, pid in pids.items()
+                },
             },
         )
+        try:
+            self._wait_ready(pids, started + timeout, bootstrap=bootstrap)
+        except EmbeddedKafkaError:
+            for node in self.nodes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pids[node.node_id], signal.SIGKILL)
+            for pid in pids.values():
+                wait_dead(pid, 10.0)
+            with contextlib.suppress(FileNotFoundError):
+                self.state_file.unlink()
+            raise
         _log.info(
-            "embedded Kafka %s ready on %s (pid %d) in %.1fs",
+            "embedded Kafka %s (%d node%s) ready on %s in %.1fs",
             self.name,
+            self.brokers,
+            "" if self.brokers == 1 else "s",
             bootstrap,
-            pid,
             time.monotonic() - started,
         )
         return bootstrap
+
+    def _wait_ready(self, pids: Mapping[int, int], deadline: float, *, bootstrap: str) -> None:
+        """Until every node in ``pids`` accepts connections and the cluster's metadata (asked
+        through ``bootstrap``) lists it; a node whose JVM exits fails at once."""
+        waiting = dict(pids)
+        while True:
+            for node_id, pid in list(waiting.items()):
+                node = self.node(node_id)
+                code = reap(pid)
+                if code is not None or not pid_alive(pid):
+                    raise EmbeddedKafkaError(
+                        f"embedded Kafka {self.name!r}: node {node_id} exited with code "
+                        f"{code}\n{node.failure_lines()}"
+                    )
+            ready = [i for i in waiting if port_open(self.node(i).port)]
+            if len(ready) == len(waiting):
+                listed = brokers_listed(bootstrap, 2.0, self.client_security())
+                if set(waiting) <= listed:
+                    return
+            if time.monotonic() >= deadline:
+                for pid in waiting.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                raise EmbeddedKafkaError(
+                    f"embedded Kafka {self.name!r}: not ready on {bootstrap} in time\n"
+                    + "\n".join(self.node(i).failure_lines() for i in waiting)
+                )
+            time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -890,13 +700,13 @@ class EmbeddedKafka:
 # --------------------------------------------------------------------------------------------
 
 
-def start_default(home: str | os.PathLike[str] | None = None) -> str:
-    return EmbeddedKafka(DEFAULT_INSTANCE, home).start()
+def start_default(home: str | os.PathLike[str] | None = None, *, brokers: int = 1) -> str:
+    return EmbeddedKafka(DEFAULT_INSTANCE, home, brokers=brokers).start()
 
 
 def stop_default(home: str | os.PathLike[str] | None = None) -> bool:
-    return EmbeddedKafka(DEFAULT_INSTANCE, home).stop()
+    return EmbeddedKafka.existing(DEFAULT_INSTANCE, home).stop()
 
 
 def status_default(home: str | os.PathLike[str] | None = None) -> BrokerStatus | None:
-    return EmbeddedKafka(DEFAULT_INSTANCE, home).status()
+    return EmbeddedKafka.existing(DEFAULT_INSTANCE, home).status()

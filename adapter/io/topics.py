@@ -28,6 +28,13 @@ log = logging.getLogger("adapter.topics")
 
 DAY_MS = 86_400_000
 MAX_MESSAGE_BYTES = "max.message.bytes"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
+#: The replication factor the adapter's topics take on a cluster of three brokers or more
+#: (Kafka's own for its internal topics), and the in-sync replicas a write then needs: one
+#: broker may be down without a write being refused.
+CLUSTER_REPLICATION_FACTOR = 3
+CLUSTER_MIN_INSYNC_REPLICAS = 2
 #: Bytes a retry, forward or DLQ copy may add to the record it copies (its headers).
 HOP_HEADER_ROOM = 8192
 
@@ -99,22 +106,150 @@ def plan_topics(
     return plans
 
 
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """How an adapter topic is replicated: its replication factor, and the topic-level
+    ``min.insync.replicas`` it sets (``None``: the broker's default)."""
+
+    factor: int
+    min_insync: int | None = None
+
+    def topic_config(self) -> dict[str, str]:
+        return {} if self.min_insync is None else {MIN_INSYNC_REPLICAS: str(self.min_insync)}
+
+
+def plan_replication(
+    brokers: int,
+    *,
+    broker_factor: int = 1,
+    broker_min_insync: int = 1,
+    factor: int | None = None,
+    min_insync: int | None = None,
+) -> Replication:
+    """The replication of an adapter topic on a cluster of ``brokers`` whose defaults are
+    ``broker_factor`` (``default.replication.factor``) and ``broker_min_insync``.
+
+    Unless given, the factor is the broker's default raised to 3 where the cluster has 3
+    brokers or more (Kafka's default of 1 would lose the retry ladder with one disk), and a
+    factor of 3 or more gets ``min.insync.replicas`` 2 where the broker's default is lower.
+    A factor above the broker count, or an in-sync minimum above the factor, is refused."""
+    for name, value in (("replication_factor", factor), ("min_insync_replicas", min_insync)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(name, value, "must be an int >= 1")
+        if value is not None and value < 1:
+            raise ConfigError(name, value, "must be an int >= 1")
+    if factor is None:
+        factor = min(max(broker_factor, min(CLUSTER_REPLICATION_FACTOR, brokers)), brokers)
+    elif factor > brokers:
+        raise ConfigError(
+            "replication_factor",
+            factor,
+            f"is above the {brokers} broker(s) the cluster has: Kafka would refuse the topic",
+        )
+    if min_insync is None:
+        if factor >= CLUSTER_REPLICATION_FACTOR and broker_min_insync < CLUSTER_MIN_INSYNC_REPLICAS:
+            min_insync = CLUSTER_MIN_INSYNC_REPLICAS
+    elif min_insync > factor:
+        raise ConfigError(
+            "min_insync_replicas",
+            min_insync,
+            f"is above the replication factor {factor}: every write would be refused "
+            "(NOT_ENOUGH_REPLICAS)",
+        )
+    return Replication(factor, min_insync)
+
+
+def cluster_replication(
+    admin: Any,
+    timeout_s: float,
+    *,
+    factor: int | None = None,
+    min_insync: int | None = None,
+) -> tuple[Replication, Any]:
+    """:func:`plan_replication` for the cluster behind ``admin``; also returns the metadata
+    read for it.  The brokers' defaults are read where the principal may describe them
+    (else Kafka's defaults are assumed)."""
+    md = admin.list_topics(timeout=timeout_s)
+    brokers = max(1, len(md.brokers))
+    broker_factor, broker_min_insync = 1, 1
+    if factor is None or min_insync is None:
+        try:
+            res = ConfigResource(ResourceType.BROKER, str(next(iter(md.brokers))))
+            entries = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
+                timeout=timeout_s + 5
+            )
+            broker_factor = int(entries[DEFAULT_REPLICATION_FACTOR].value)
+            broker_min_insync = int(entries[MIN_INSYNC_REPLICAS].value)
+        except Exception as exc:  # no DescribeConfigs on the cluster: Kafka's defaults
+            log.debug("broker defaults not readable (%s); assuming Kafka's", exc)
+    return (
+        plan_replication(
+            brokers,
+            broker_factor=broker_factor,
+            broker_min_insync=broker_min_insync,
+            factor=factor,
+            min_insync=min_insync,
+        ),
+        md,
+    )
+
+
+def unreplicated(md: Any, kafka_topics: Iterable[str]) -> list[tuple[str, int]]:
+    """``(topic, brokers)`` for each of ``kafka_topics`` that has a single replica on a
+    cluster of more than one broker (one broker down stops it)."""
+    brokers = len(md.brokers)
+    if brokers <= 1:
+        return []
+    out = []
+    for name in kafka_topics:
+        tmd = md.topics.get(name)
+        if tmd is not None and tmd.partitions and min(map(_replicas, tmd.partitions.values())) == 1:
+            out.append((name, brokers))
+    return out
+
+
+def _replicas(partition: Any) -> int:
+    return len(partition.replicas)
+
+
+def warn_unreplicated(md: Any, kafka_topics: Iterable[str]) -> None:
+    for name, brokers in unreplicated(md, kafka_topics):
+        log.warning(
+            "adapter topic %s has replication factor 1 on a cluster of %d brokers: while its "
+            "broker is down nothing can be sent to it or read from it. Recreate it with "
+            "`rmq-kafka topics ensure --replication-factor 3` (after deleting it when it is "
+            "empty) or raise its replication with kafka-reassign-partitions",
+            name,
+            brokers,
+        )
+
+
 def ensure_topics(
     config: Mapping[str, Any],
     plans: Iterable[TopicPlan],
     *,
     replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
     timeout_s: float = 30.0,
 ) -> dict[str, bool]:
     """Create the planned topics that do not exist; ``{logical: created}``.  Idempotent.
 
-    A topic that exists keeps its configs, except ``max.message.bytes``: a planned value
-    above the topic's current one raises it (never lowers it).
+    A new topic is replicated as :func:`plan_replication` says (3 copies, 2 in sync, on a
+    cluster of three brokers or more; a single broker's default on one).  A topic that
+    exists keeps its configs, except ``max.message.bytes``: a planned value above the topic's
+    current one raises it (never lowers it); one with a single replica on a multi-broker
+    cluster is logged as a warning.
     """
     admin = make_client(
         AdminClient, admin_config(check_kafka_config(config, "admin")), what="admin client"
     )
-    return ensure_with(admin, plans, replication_factor=replication_factor, timeout_s=timeout_s)
+    return ensure_with(
+        admin,
+        plans,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
+        timeout_s=timeout_s,
+    )
 
 
 def ensure_with(
@@ -122,18 +257,22 @@ def ensure_with(
     plans: Iterable[TopicPlan],
     *,
     replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
     timeout_s: float = 30.0,
 ) -> dict[str, bool]:
     """:func:`ensure_topics` with an ``AdminClient`` the caller already has."""
     plans = list(plans)
     if not plans:
         return {}
+    replication, _md = cluster_replication(
+        admin, timeout_s, factor=replication_factor, min_insync=min_insync_replicas
+    )
     new = [
         NewTopic(
             p.kafka_topic,
             num_partitions=p.partitions,
-            replication_factor=-1 if replication_factor is None else replication_factor,
-            config=p.config,
+            replication_factor=replication.factor,
+            config={**replication.topic_config(), **p.config},
         )
         for p in plans
     ]
@@ -150,7 +289,8 @@ def ensure_with(
                 result[plan.logical] = False
                 continue
             raise client_error(exc, what=f"creating topic {plan.logical}") from exc
-    _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
+    md = _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
+    warn_unreplicated(md, [p.kafka_topic for p in plans if not result[p.logical]])
     existing = [p for p in plans if not result[p.logical] and MAX_MESSAGE_BYTES in p.config]
     if existing:
         _raise_size_limits(admin, existing, timeout_s)
@@ -209,11 +349,13 @@ def _raise_size_limits(admin: Any, plans: list[TopicPlan], timeout_s: float) -> 
         )
 
 
-def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> None:
-    """Poll metadata until every topic has its partitions and leaders (no fixed sleeps)."""
+def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> Any:
+    """Poll metadata until every topic has its partitions and leaders (no fixed sleeps);
+    return the last metadata."""
     missing = set(kafka_topics)
     deadline = time.monotonic() + timeout_s
-    while missing:
+    md = None
+    while missing or md is None:
         md = admin.list_topics(timeout=timeout_s)
         for name in list(missing):
             tmd = md.topics.get(name)
@@ -228,6 +370,7 @@ def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> None
             raise KafkaClientError(f"topics not visible after {timeout_s}s: {sorted(missing)}")
         if missing:
             admin.poll(0.05)
+    return md
 
 
 def ensure_group_topics(

@@ -10,6 +10,12 @@ Broker selection (session fixture ``kafka_mode``), first match wins:
 
 ``RMQ_KAFKA_MODE=env|container|embedded`` forces a mode.
 
+A cluster (fixture ``kafka_cluster``): a three-node embedded KRaft cluster (replication
+factor 3, ``min.insync.replicas=2``) whose nodes a test can stop, kill, freeze and restart;
+started on first use, one per session (per xdist worker), every node brought back after each
+test that used it. ``kafka_cluster_bootstrap_servers`` is ``$KAFKA_CLUSTER_BOOTSTRAP_SERVERS``
+(an external cluster) when set, else that cluster's.
+
 Registered as the ``rmq_kafka`` pytest11 entry point; without the package installed use
 ``-p adapter.testing.pytest_plugin`` (not both: pytest refuses one module under two names).
 Importing this module has no side effects.
@@ -41,6 +47,8 @@ __all__ = [
     "detect_kafka_mode",
     "embedded_kafka",
     "kafka_bootstrap_servers",
+    "kafka_cluster",
+    "kafka_cluster_bootstrap_servers",
     "kafka_group_id",
     "kafka_mode",
     "kafka_topic",
@@ -48,6 +56,9 @@ __all__ = [
 ]
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+CLUSTER_BOOTSTRAP_ENV = "KAFKA_CLUSTER_BOOTSTRAP_SERVERS"
+#: nodes of the ``kafka_cluster`` fixture
+CLUSTER_BROKERS = 3
 IMAGE_ENV = "RMQ_KAFKA_IMAGE"
 MODE_ENV = "RMQ_KAFKA_MODE"
 DEFAULT_IMAGE = "apache/kafka:4.4.0"
@@ -243,11 +254,11 @@ def kafka_mode() -> str:
 def _reap_orphans(instances: Path) -> None:
     """Stop brokers left behind by pytest sessions that died without teardown (kill -9)."""
     for inst in instances.glob("pytest-*"):
-        owner = inst.name.removeprefix("pytest-")
+        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster")
         if not owner.isdigit() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(Exception):
-            EmbeddedKafka(inst.name, instances_dir=instances).stop(timeout=10)
+            EmbeddedKafka.existing(inst.name, instances_dir=instances).stop(timeout=10)
             shutil.rmtree(inst, ignore_errors=True)
 
 
@@ -299,6 +310,44 @@ def embedded_kafka(kafka_mode: str, request: pytest.FixtureRequest) -> EmbeddedK
     return broker
 
 
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[EmbeddedKafka]:
+    """A three-node embedded KRaft cluster of this session (started on first use): replication
+    factor 3 and ``min.insync.replicas=2`` by default; ``kafka_cluster.node(i)`` stops, kills,
+    freezes or restarts one node. After each test that used it, every node is running again."""
+    cluster = EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
+    _reap_orphans(cluster.instance_dir.parent)
+    cluster.start(fresh=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.instance_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_bootstrap_servers(request: pytest.FixtureRequest) -> str:
+    """``$KAFKA_CLUSTER_BOOTSTRAP_SERVERS`` (an external multi-broker cluster), else the
+    bootstrap of :func:`kafka_cluster`."""
+    external = os.environ.get(CLUSTER_BOOTSTRAP_ENV)
+    if external:
+        return external
+    cluster: EmbeddedKafka = request.getfixturevalue("kafka_cluster")
+    return cluster.bootstrap_servers
+
+
+def _heal_cluster(item: pytest.Item) -> None:
+    """Thaw and restart every node of the session cluster that a test left down."""
+    funcargs: dict[str, Any] = getattr(item, "funcargs", {})
+    cluster: EmbeddedKafka | None = funcargs.get("kafka_cluster")
+    if cluster is None:
+        return
+    for node in cluster.nodes:
+        with contextlib.suppress(EmbeddedKafkaError):
+            node.resume()
+    cluster.start()
+
+
 def _heal_embedded(item: pytest.Item) -> None:
     """Resume/restart the session broker if a test left it paused, killed or stopped -- before
     any fixture teardown (topic deletion etc.) needs it."""
@@ -320,6 +369,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return (yield)
     finally:
         _heal_embedded(item)
+        _heal_cluster(item)
 
 
 @pytest.fixture

@@ -1,0 +1,93 @@
+"""Replication of the adapter's topics on a cluster, and where Kafka's coordinators live:
+pure logic, no broker."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from adapter.embedded.node import coordinator_partition, java_string_hash
+from adapter.errors import ConfigError
+from adapter.io.topics import Replication, plan_replication, unreplicated
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("brokers", "broker_factor", "broker_min_isr", "want"),
+    [
+        (1, 1, 1, Replication(1)),  # a single broker: as before
+        (2, 1, 1, Replication(2)),  # two: both copies, no stricter minimum than the broker's
+        (3, 1, 1, Replication(3, 2)),  # Kafka's defaults on 3 brokers: 3 copies, 2 in sync
+        (5, 1, 1, Replication(3, 2)),
+        (5, 5, 1, Replication(5, 2)),  # a higher cluster default is kept
+        (3, 3, 2, Replication(3)),  # the broker's own minimum already survives one down
+        (3, 3, 3, Replication(3)),  # a stricter broker minimum is not lowered
+        (1, 3, 1, Replication(1)),  # a default above the broker count cannot apply
+    ],
+)
+def test_adapter_topics_take_the_clusters_replication(
+    brokers: int, broker_factor: int, broker_min_isr: int, want: Replication
+) -> None:
+    got = plan_replication(brokers, broker_factor=broker_factor, broker_min_insync=broker_min_isr)
+    assert got == want
+
+
+def test_explicit_replication_is_kept_and_goes_into_the_topic_config() -> None:
+    rep = plan_replication(3, factor=2, min_insync=1)
+    assert rep == Replication(2, 1)
+    assert rep.topic_config() == {"min.insync.replicas": "1"}
+    assert Replication(1).topic_config() == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "words"),
+    [
+        ({"factor": 4}, "replication_factor", "above the 3 broker(s)"),
+        ({"factor": 0}, "replication_factor", ">= 1"),
+        ({"factor": True}, "replication_factor", "int"),
+        ({"factor": 3, "min_insync": 4}, "min_insync_replicas", "NOT_ENOUGH_REPLICAS"),
+        ({"min_insync": "2"}, "min_insync_replicas", "int"),
+    ],
+)
+def test_impossible_replication_names_the_field_and_value(
+    kwargs: dict[str, object], field: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        plan_replication(3, **kwargs)  # type: ignore[arg-type]
+    assert field in str(err.value)
+    assert words in str(err.value)
+
+
+def _md(brokers: int, replicas: dict[str, int]) -> SimpleNamespace:
+    return SimpleNamespace(
+        brokers={i: None for i in range(1, brokers + 1)},
+        topics={
+            name: SimpleNamespace(
+                partitions={0: SimpleNamespace(replicas=list(range(n)))},
+            )
+            for name, n in replicas.items()
+        },
+    )
+
+
+def test_a_single_replica_is_flagged_only_on_a_multi_broker_cluster() -> None:
+    md = _md(3, {"%RETRY%g": 1, "%DLQ%g": 3})
+    assert unreplicated(md, ["%RETRY%g", "%DLQ%g", "missing"]) == [("%RETRY%g", 3)]
+    assert unreplicated(_md(1, {"%RETRY%g": 1}), ["%RETRY%g"]) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "java"),
+    [("", 0), ("hello", 99162322), ("polygenelubricants", -(1 << 31)), ("ä€😀", 16603051)],
+)
+def test_java_string_hash_matches_java(text: str, java: int) -> None:
+    assert java_string_hash(text) == java
+
+
+def test_coordinator_partition_is_kafkas_abs_hash_modulo() -> None:
+    # Utils.abs maps Integer.MIN_VALUE to 0
+    assert coordinator_partition("polygenelubricants", 10) == 0
+    assert coordinator_partition("hello", 50) == 99162322 % 50
+    assert coordinator_partition("rmq-schedule", 10) == abs(java_string_hash("rmq-schedule")) % 10
