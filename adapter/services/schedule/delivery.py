@@ -29,12 +29,24 @@ from adapter.io.publisher import Publisher
 
 log = logging.getLogger("adapter.schedule")
 
-#: Bound on one transactional call (transactions time out after 10 s anyway).
-TXN_CALL_TIMEOUT_S = 10.0
-#: librdkafka may overrun its own timeout (librdkafka#5456): our deadline is a bit longer.
-TXN_CALL_GRACE_S = 5.0
-#: A transactional call whose outcome stays pending is repeated at most this often.
-TXN_CALL_ATTEMPTS = 6
+#: Bound on one transactional call.  A call that times out is repeated (librdkafka goes on
+#: with the same commit), so a short slice lets forwarding resume as soon as a moved
+#: transaction coordinator answers: with one 10 s slice, a coordinator's broker killed -9
+#: stalled forwarding 18.6 s on a three-node cluster (the slice that timed out, then the
+#: next); in 2 s slices it resumes once the coordinator moved (its broker's session timeout
+#: and the new leader loading the transaction log).
+TXN_CALL_TIMEOUT_S = 2.0
+#: librdkafka may overrun its own timeout (librdkafka#5456: ``send_offsets_to_transaction``
+#: waits for a coordinator that went away until one answers again).  Our deadline leaves
+#: room for a coordinator to move (measured: with 5 s the watchdog fenced the producer in
+#: the middle of the move, and the fresh producer's registration waited for the old
+#: transaction to end: 14.7 s without forwarding).
+TXN_CALL_GRACE_S = 10.0
+#: Pause between repeats of a pending call (a coordinator that is down fails it at once).
+TXN_CALL_PAUSE_S = 0.25
+#: A transactional call whose outcome stays pending is repeated at most this often (60 s
+#: in all, then the transaction is aborted or the producer fenced).
+TXN_CALL_ATTEMPTS = 30
 
 
 class Delivery(Protocol):
@@ -285,9 +297,10 @@ class ExactlyOnce:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(TXN_CALL_ATTEMPTS),
             retry=tenacity.retry_if_exception(_pending_retriable),
-            wait=tenacity.wait_none(),
+            wait=tenacity.wait_fixed(TXN_CALL_PAUSE_S),
             before_sleep=lambda st: log.warning(
-                "transactional call pending (%s); repeating it",
+                "transactional call pending (attempt %d: %s); repeating it",
+                st.attempt_number,
                 st.outcome.exception() if st.outcome else None,
             ),
             reraise=True,

@@ -1,0 +1,28 @@
+"""The cluster tier: tests on a three-node embedded KRaft cluster (fixture ``kafka_cluster``).
+
+Every module here runs on one pytest-xdist worker (``tests/conftest.py`` groups them), so one
+cluster serves them all. The full bounce suite is opt-in (``./run.sh test-cluster``, or
+``RMQ_CLUSTER_TIER=1``); one scenario runs in the default suite.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
+if _INTEGRATION not in sys.path:
+    sys.path.append(_INTEGRATION)
+
+#: ``RMQ_CLUSTER_TIER=1`` runs every bounce scenario, not only the default one.
+TIER = os.environ.get("RMQ_CLUSTER_TIER", "").strip() not in ("", "0", "false", "no")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="opt-in cluster tier: ./run.sh test-cluster")
+    for item in items:
+        if item.get_closest_marker("cluster_tier") is not None and not TIER:
+            item.add_marker(skip)

@@ -1,0 +1,173 @@
+"""Brokers bounced under a produce-consume-validate workload (``bounce.py``) on a three-node
+cluster (replication factor 3, ``min.insync.replicas=2``), every client at its defaults.
+
+Each scenario ends with: every send succeeded, every message handled or in the DLQ (0 lost),
+0 duplicates out of exactly-once forwarding, per-key order kept by the orderly consumer,
+nothing delivered before its due time; and prints what the bounce cost (retry lateness p99,
+the longest stall of each consumer), which README's cluster section reports.
+
+``test_leader_kills`` (exactly-once) runs in the default suite; the rest is the opt-in
+cluster tier (``./run.sh test-cluster``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bounce import Report, Workload
+
+from adapter.core import naming
+from adapter.embedded import EmbeddedKafka
+from adapter.services.schedule_service import DeliveryGuarantee
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+WARMUP_S = 6.0
+SETTLE_S = 6.0
+EOS, ALO = DeliveryGuarantee.EXACTLY_ONCE, DeliveryGuarantee.AT_LEAST_ONCE
+
+
+@pytest.fixture
+def cluster_topics(kafka_cluster: EmbeddedKafka) -> Iterator[Any]:
+    from confluent_kafka.admin import AdminClient
+
+    from adapter.testing import create_topic
+
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    created: list[str] = []
+
+    def factory(prefix: str = "t", partitions: int = 1, config: Any = None) -> str:
+        name = create_topic(admin, prefix, partitions, config)
+        created.append(name)
+        return name
+
+    yield factory
+    if created:
+        admin.delete_topics(created, operation_timeout=0)
+
+
+def _run(
+    cluster: EmbeddedKafka, topics: Any, delivery: DeliveryGuarantee, bounce: Any
+) -> tuple[Workload, Report]:
+    work = Workload(cluster.bootstrap_servers, topics, delivery=delivery)
+    try:
+        work.start()
+        time.sleep(WARMUP_S)  # traffic, retries and forwards under way before the bounce
+        began = time.monotonic()
+        bounce(work)
+        took = time.monotonic() - began
+        time.sleep(SETTLE_S)  # traffic goes on after the cluster healed
+        report = work.verify(took)
+    finally:
+        work.close()
+    print(f"\nBOUNCE {delivery.value}: {report.summary()}")
+    return work, report
+
+
+def _assert_nothing_lost(work: Workload, report: Report) -> None:
+    assert work.errors == [], work.errors
+    assert report.send_failures == [], report.send_failures[:5]
+    assert report.lost == [], f"{len(report.lost)} lost: {report.lost[:10]}"
+    assert report.simple_lost == [], f"SimpleConsumer lost {report.simple_lost[:10]}"
+    assert report.early == [], report.early[:10]
+    assert report.order_violations == [], report.order_violations
+    assert report.dead_lettered == 0  # one failure each, far below the maximum
+    if work.delivery is EOS:
+        assert report.duplicates_forwarded == 0
+    assert report.forwarded > 0 and report.sent > 500
+
+
+def _kill_and_restart(cluster: EmbeddedKafka, node_id: int) -> None:
+    node = cluster.node(node_id)
+    node.kill()
+    time.sleep(8)  # the workload runs on without it: leadership moves after its session
+    node.start()
+    cluster.wait_in_sync()
+
+
+def _leader_kills(cluster: EmbeddedKafka) -> Any:
+    def bounce(work: Workload) -> None:
+        # the busiest user partition's leader, then a retry and a delay-level partition's
+        _kill_and_restart(cluster, cluster.leader_of(work.topic, 0))
+        retry = naming.to_kafka(naming.retry_topic(work.group))
+        _kill_and_restart(cluster, cluster.leader_of(retry, 0))
+        # a first failure waits on level 3
+        delay = naming.to_kafka(naming.schedule_topic(3, work.levels, work.ns))
+        _kill_and_restart(cluster, cluster.leader_of(delay, 0))
+
+    return bounce
+
+
+@pytest.mark.timeout(600)
+def test_leader_kills(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
+    work, report = _run(kafka_cluster, cluster_topics, EOS, _leader_kills(kafka_cluster))
+    _assert_nothing_lost(work, report)
+
+
+@pytest.mark.cluster_tier
+@pytest.mark.timeout(600)
+def test_leader_kills_at_least_once(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
+    work, report = _run(kafka_cluster, cluster_topics, ALO, _leader_kills(kafka_cluster))
+    _assert_nothing_lost(work, report)
+
+
+@pytest.mark.cluster_tier
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("delivery", [EOS, ALO], ids=["exactly_once", "at_least_once"])
+def test_rolling_restart(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, delivery: DeliveryGuarantee
+) -> None:
+    def bounce(work: Workload) -> None:
+        for node in kafka_cluster.nodes:  # as an operator does: one at a time, controlled
+            node.stop()
+            node.start()
+            kafka_cluster.wait_in_sync()
+
+    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce)
+    _assert_nothing_lost(work, report)
+
+
+@pytest.mark.cluster_tier
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("delivery", [EOS, ALO], ids=["exactly_once", "at_least_once"])
+def test_frozen_broker(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, delivery: DeliveryGuarantee
+) -> None:
+    def bounce(work: Workload) -> None:
+        node = kafka_cluster.node(kafka_cluster.leader_of(work.topic, 0))
+        node.pause()  # past its broker session timeout (6 s): the controller fences it
+        time.sleep(12)
+        node.resume()
+        kafka_cluster.wait_in_sync()
+
+    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce)
+    _assert_nothing_lost(work, report)
+
+
+@pytest.mark.cluster_tier
+@pytest.mark.timeout(600)
+def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
+    resumed: list[float] = []
+
+    def bounce(work: Workload) -> None:
+        coordinator = kafka_cluster.transaction_coordinator(work.transactional_id)
+        before = work.service.stats.transactions_committed
+        node = kafka_cluster.node(coordinator)
+        node.kill()
+        killed = time.monotonic()
+        deadline = killed + 60
+        # the forwarding stream (about 5 entries a second) must move on: the first
+        # transaction committed after the kill
+        while work.service.stats.transactions_committed <= before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        resumed.append(time.monotonic() - killed)
+        node.start()
+        kafka_cluster.wait_in_sync()
+
+    work, report = _run(kafka_cluster, cluster_topics, EOS, bounce)
+    print(f"BOUNCE exactly-once forwarding resumed {resumed[0]:.1f} s after its coordinator died")
+    _assert_nothing_lost(work, report)
+    assert resumed[0] < 10.0
