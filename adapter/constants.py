@@ -114,7 +114,13 @@ DEFAULT_CONSUME_THREAD_MAX: Final = 20
 DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS: Final = 1000
 DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED: Final = 2
 DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED: Final = 2
-DEFAULT_SEND_MSG_TIMEOUT_MS: Final = 3000
+#: How long a send may wait for the broker's acknowledgement (``message.timeout.ms``):
+#: Kafka's producers' ``delivery.timeout.ms`` default, not RocketMQ's ``sendMsgTimeout`` of
+#: 3 s.  A leader move on a cluster takes the broker session timeout and an election (about
+#: 10 s with Kafka's defaults): with 3 s a send failed on every routine leader move.
+DEFAULT_SEND_MSG_TIMEOUT_MS: Final = 120_000
+#: The longest a send waits for a topic's metadata (Kafka's producers' ``max.block.ms``).
+MAX_BLOCK_MS: Final = 60_000
 #: Flow-control back-off of the producer (gRPC connection-backoff style).
 BACKOFF_INITIAL_S: Final = 1.0
 BACKOFF_MULTIPLIER: Final = 1.6

@@ -55,6 +55,7 @@ from adapter.constants import (
     DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED,
     DEFAULT_RETRY_TIMES_WHEN_SEND_FAILED,
     DEFAULT_SEND_MSG_TIMEOUT_MS,
+    MAX_BLOCK_MS,
     PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
@@ -721,7 +722,8 @@ class Producer:
     def _lookup_topic(self, kafka_topic: str, logical: str) -> None:
         try:
             md = self.client.list_topics(
-                topic=kafka_topic, timeout=self.options.send_msg_timeout_ms / 1000
+                topic=kafka_topic,
+                timeout=min(self.options.send_msg_timeout_ms, MAX_BLOCK_MS) / 1000,
             )
         except KafkaException as exc:
             self._raise_fatal()

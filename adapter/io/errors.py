@@ -104,6 +104,12 @@ def send_error(err: Any, raw_message: Any = None, *, topic: str | None = None) -
     if code in _POSSIBLY_PERSISTED:
         cls = PossiblyPersistedError
         text = f"possibly persisted, not resent: {text}"
+        if code == KafkaError._MSG_TIMED_OUT:
+            text += (
+                "; no acknowledgement within the producer's message.timeout.ms "
+                "(Producer option send_msg_timeout_ms): raise it to ride out a longer "
+                "broker outage or leader move"
+            )
     elif code in _TOO_LARGE:
         cls = MessageTooLargeError
         size = len(raw_message.value() or b"") if raw_message is not None else None
