@@ -53,10 +53,10 @@ def test_cluster_defaults_are_productions(kafka_cluster: EmbeddedKafka) -> None:
     assert (
         cli_main(
             [
-                "-b",
-                kafka_cluster.bootstrap_servers,
                 "topics",
                 "ensure",
+                "-b",
+                kafka_cluster.bootstrap_servers,
                 "--group",
                 group,
                 "--delay-levels",
@@ -140,10 +140,10 @@ def test_replication_factor_above_the_brokers_is_refused_clearly(
 ) -> None:
     code = cli_main(
         [
-            "-b",
-            kafka_cluster.bootstrap_servers,
             "topics",
             "ensure",
+            "-b",
+            kafka_cluster.bootstrap_servers,
             "--group",
             "g-rf4",
             "--replication-factor",
@@ -193,10 +193,10 @@ def test_an_unreplicated_adapter_topic_is_warned_about(
         assert (
             cli_main(
                 [
-                    "-b",
-                    kafka_cluster.bootstrap_servers,
                     "topics",
                     "ensure",
+                    "-b",
+                    kafka_cluster.bootstrap_servers,
                     "--group",
                     group,
                     "--delay-levels",
