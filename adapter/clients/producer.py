@@ -105,6 +105,8 @@ _ID_COUNTER_MASK = 0xFFFFFFFFFFFF
 _DEFAULT_PROPAGATION_MS = 30_000
 #: Longest poll: how soon the poll thread notices shutdown.
 _POLL_INTERVAL_S = 0.1
+#: A topic lookup asks for metadata in slices this long (see _lookup_topic).
+_LOOKUP_SLICE_S = 1.0
 #: A synchronous send flushes its record in slices this long and checks its report between
 #: (the poll thread may serve it: a flush then waits out its slice for nothing).
 _FLUSH_SLICE_S = 0.001
@@ -720,13 +722,26 @@ class Producer:
         self._first_lookup.pop(kafka_topic, None)
 
     def _lookup_topic(self, kafka_topic: str, logical: str) -> None:
+        # one metadata request at most MAX_BLOCK_MS in all, asked in slices of a second so
+        # that a fatal error (refused credentials) ends the wait at once
+        bound = min(self.options.send_msg_timeout_ms, MAX_BLOCK_MS) / 1000
+        started = time.monotonic()
+
+        def ask() -> Any:
+            try:
+                slice_s = min(_LOOKUP_SLICE_S, max(bound - (time.monotonic() - started), 0.01))
+                return self.client.list_topics(topic=kafka_topic, timeout=slice_s)
+            except KafkaException:
+                self._raise_fatal()
+                raise
+
         try:
-            md = self.client.list_topics(
-                topic=kafka_topic,
-                timeout=min(self.options.send_msg_timeout_ms, MAX_BLOCK_MS) / 1000,
-            )
+            md = tenacity.Retrying(
+                retry=tenacity.retry_if_exception(_timed_out),
+                stop=tenacity.stop_after_delay(bound),
+                reraise=True,
+            )(ask)
         except KafkaException as exc:
-            self._raise_fatal()
             raise client_error(exc, what=f"metadata for topic {logical!r}") from exc
         tmd = md.topics.get(kafka_topic)
         err = None if tmd is None else tmd.error
@@ -1155,6 +1170,11 @@ def _produce_error(
             return InvalidInputError("sharding_key", key, f"must be bytes or str: {exc}")
         return InvalidInputError("msg", logical, f"cannot be produced: {exc}")
     return KafkaClientError(f"producing to {logical!r}: {exc!r}")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT
 
 
 def _classify(err: Any, kmsg: Any, logical: str) -> SendError:
