@@ -36,7 +36,7 @@ from adapter.ops.errors import (
     TopicNotFoundError,
 )
 from adapter.ops.journey import Matcher, SearchResult, journeys
-from adapter.ops.kafka import TP, AdminSession, head_records, record_of
+from adapter.ops.kafka import TP, AdminSession, Ends, head_records, record_of
 from adapter.ops.progress import ProgressCallback
 from adapter.ops.views import (
     DlqSize,
@@ -44,6 +44,7 @@ from adapter.ops.views import (
     GroupProgress,
     LevelPartition,
     LevelStatus,
+    PartitionHealth,
     Record,
     ResetResult,
     ResetRow,
@@ -64,6 +65,28 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _readable(tps: list[TP], health: Mapping[TP, PartitionHealth]) -> list[TP]:
+    """The partitions whose offsets can be asked: not a leaderless one (a request for its
+    offsets would wait for a leader until it times out, or fail the whole request): its end
+    offset is reported unknown instead."""
+    return [tp for tp in tps if tp not in health or health[tp].readable]
+
+
+def _ends(
+    session: AdminSession, tps: list[TP], health: dict[TP, PartitionHealth], what: str
+) -> dict[TP, Ends]:
+    """The offsets of ``tps`` but the leaderless ones (unknown).  A partition the metadata
+    gave a leader that could not answer (down, not yet noticed by the cluster) is unknown
+    too, and its health is read again: by then it is usually reported leaderless."""
+    asked = _readable(tps, health)
+    ends = session.watermarks(asked, what, known_only=True)
+    missing = {tp for tp in asked if tp not in ends}
+    for topic in sorted({t for t, _ in missing}):
+        fresh = session.partition_health(topic, what) or {}
+        health.update(((t, p), fresh[p]) for t, p in missing if t == topic and p in fresh)
+    return ends
+
+
 def _group_state(session: AdminSession, group: str) -> tuple[GroupInfo, dict[TP, int]]:
     """The group's description and committed offsets; a group with neither is missing."""
     naming.check_group(group)
@@ -79,8 +102,9 @@ def group_progress(
     config: Mapping[str, Any], group: str, *, timeout_s: float = 30.0
 ) -> GroupProgress:
     """Per partition of every topic ``group`` subscribes (from its committed offsets and its
-    members' assignments) and of ``%RETRY%<group>``: committed offset, end offset, lag and
-    owner; the group's members; the size of ``%DLQ%<group>``."""
+    members' assignments) and of ``%RETRY%<group>``: committed offset, end offset, lag,
+    owner and replication health (a leaderless partition's end offset and lag are unknown,
+    not waited for); the group's members; the size of ``%DLQ%<group>``."""
     naming.check_group(group)
     retry_kafka = naming.to_kafka(naming.retry_topic(group))
     dlq_kafka = naming.to_kafka(naming.dlq_topic(group))
@@ -88,29 +112,38 @@ def group_progress(
     info, committed = _group_state(session, group)
     what = f"group progress of {group!r}"
     partitions: dict[str, list[int] | None] = {}
+    health: dict[TP, PartitionHealth] = {}
     for topic in subscribed_topics(info, committed, retry_kafka, dlq_kafka):
-        parts = session.partitions(topic, what)
+        parts = session.partition_health(topic, what)
         if parts is not None or topic != retry_kafka:
-            partitions[topic] = parts
-    dlq_parts = session.partitions(dlq_kafka, what) or []
+            partitions[topic] = None if parts is None else sorted(parts)
+            health.update(((topic, p), h) for p, h in (parts or {}).items())
+    dlq_health = session.partition_health(dlq_kafka, what) or {}
+    dlq_parts = sorted(dlq_health)
+    health.update(((dlq_kafka, p), h) for p, h in dlq_health.items())
     tps = [(t, p) for t, ps in partitions.items() for p in ps or ()]
-    ends = session.watermarks([*tps, *((dlq_kafka, p) for p in dlq_parts)], what)
+    ends = _ends(session, [*tps, *((dlq_kafka, p) for p in dlq_parts)], health, what)
     probe = {
         tp: (committed[tp], ends[tp].end)
         for tp in tps
         if tp in committed
+        and tp in ends
         and ends[tp].start <= committed[tp] < ends[tp].end <= committed[tp] + _PROBE_LAG_MAX
     }
     heads = {
         tp: (None if rec is None else rec.offset)
         for tp, rec in head_records(session, probe, what).items()
     }
+    dlq_ends = [ends[(dlq_kafka, p)] for p in dlq_parts if (dlq_kafka, p) in ends]
     dlq = DlqSize(
         topic=naming.dlq_topic(group),
         kafka_topic=dlq_kafka,
         exists=bool(dlq_parts),
-        size=sum(ends[(dlq_kafka, p)].end - ends[(dlq_kafka, p)].start for p in dlq_parts),
+        size=sum(e.end - e.start for e in dlq_ends),
         partitions=len(dlq_parts),
+        unhealthy=tuple(
+            (p, health[(dlq_kafka, p)]) for p in dlq_parts if not health[(dlq_kafka, p)].ok
+        ),
     )
     return build_progress(
         info,
@@ -119,6 +152,7 @@ def group_progress(
         {tp: (e.start, e.end) for tp, e in ends.items()},
         heads,
         dlq,
+        health=health,
     )
 
 
@@ -309,7 +343,8 @@ def schedule_status(
 ) -> ScheduleStatus:
     """Per delay-level topic (of ``namespace``): entries waiting (end - the ScheduleService
     group's committed offset), the oldest due time (``RMQ_DUE_MS`` of the next entry) and how
-    late it is."""
+    late it is; per partition its replication health (a leaderless partition's entries are
+    unknown, not waited for)."""
     if namespace is not None:
         naming.schedule_topic(1, DelayLevels.DEFAULT, namespace)  # refuses a bad namespace
     if group is None:
@@ -322,7 +357,8 @@ def schedule_status(
     session = AdminSession(config, timeout_s=timeout_s, what="schedule status")
     what = f"schedule status of group {group!r}"
     levels: dict[str, tuple[int, str]] = {}
-    all_topics = session.topics()
+    topics_health = session.topics_health()
+    all_topics = {t: sorted(parts) for t, parts in topics_health.items()}
     for t in all_topics:
         parsed = _schedule_namespace(t)
         if parsed is not None and parsed[0] == (namespace or None):
@@ -336,31 +372,34 @@ def schedule_status(
             "'rmq-kafka topics ensure' or start a ScheduleService",
         )
     info, committed = _group_state(session, group)
+    health = {(t, p): h for t in levels for p, h in topics_health[t].items()}
     tps = [(t, p) for t in levels for p in all_topics[t]]
-    ends = session.watermarks(tps, what)
+    ends = _ends(session, tps, health, what)
 
     def position(tp: TP) -> int:
         c = committed.get(tp)
         return ends[tp].start if c is None or c < ends[tp].start else c
 
-    heads = head_records(session, {tp: (position(tp), ends[tp].end) for tp in tps}, what)
+    heads = head_records(session, {tp: (position(tp), ends[tp].end) for tp in ends}, what)
     out = []
     for t, (level, delay) in sorted(levels.items(), key=lambda kv: (kv[1][0], kv[0])):
         rows = []
         for p in all_topics[t]:
             tp = (t, p)
             rec = heads.get(tp)
+            known = ends.get(tp)
             rows.append(
                 LevelPartition(
                     partition=p,
                     committed=committed.get(tp),
-                    start=ends[tp].start,
-                    end=ends[tp].end,
+                    start=None if known is None else known.start,
+                    end=None if known is None else known.end,
                     head=None if rec is None else rec.offset,
                     head_due_ms=None
                     if rec is None
                     else parse_non_negative(rec.headers.get(HEADER_DUE_MS)),
                     drained=tp in heads and rec is None,
+                    health=health.get(tp),
                 )
             )
         out.append(LevelStatus(level, delay, logical_topic(t), t, tuple(rows)))

@@ -37,7 +37,8 @@ from adapter.errors import (
 )
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import AUTH_CODES, FatalErrorWatch, client_error, make_client
-from adapter.ops.views import GroupInfo, Member, Record
+from adapter.io.topics import cluster_replication
+from adapter.ops.views import GroupInfo, Member, PartitionHealth, Record
 
 log = logging.getLogger("adapter.ops")
 #: Where the admin commands' clients send librdkafka's log lines (unless the config says).
@@ -211,15 +212,22 @@ class AdminSession:
     # --- topics ------------------------------------------------------------------------------
     def topics(self) -> dict[str, list[int]]:
         """Every topic this principal may describe: Kafka name → its partitions."""
+        return {name: sorted(parts) for name, parts in self.topics_health().items()}
+
+    def topics_health(self) -> dict[str, dict[int, PartitionHealth]]:
+        """Every topic this principal may describe: Kafka name → partition → its leader,
+        replicas and in-sync replicas (a leaderless partition is listed, leader ``None``)."""
         md = self.metadata()
-        out: dict[str, list[int]] = {}
-        for name, tmd in md.topics.items():
-            if tmd.error is None:
-                out[name] = sorted(tmd.partitions)
-        return out
+        return {name: _health(tmd) for name, tmd in md.topics.items() if tmd.error is None}
 
     def partitions(self, kafka_topic: str, what: str) -> list[int] | None:
         """The partitions of one topic; ``None`` when it does not exist."""
+        health = self.partition_health(kafka_topic, what)
+        return None if health is None else sorted(health)
+
+    def partition_health(self, kafka_topic: str, what: str) -> dict[int, PartitionHealth] | None:
+        """Partition → its leader, replicas and in-sync replicas, of one topic; ``None`` when
+        the topic does not exist."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
@@ -233,7 +241,7 @@ class AdminSession:
             if tmd is None:
                 return None
             if tmd.error is None:
-                return sorted(tmd.partitions)
+                return _health(tmd)
             code = tmd.error.code()
             if code in AUTH_CODES:
                 raise auth_error(self.config, what, tmd.error.str(), tmd.error)
@@ -247,8 +255,12 @@ class AdminSession:
         self, kafka_topic: str, partitions: int, config: Mapping[str, str], what: str
     ) -> bool:
         """Create a topic unless it exists; wait until it has leaders.  ``True`` if created."""
+        replication, _md = cluster_replication(self.admin, self.timeout_s)
         new = NewTopic(
-            kafka_topic, num_partitions=partitions, replication_factor=-1, config=dict(config)
+            kafka_topic,
+            num_partitions=partitions,
+            replication_factor=replication.factor,
+            config={**replication.topic_config(), **config},
         )
         futures = self.admin.create_topics(
             [new], request_timeout=self.timeout_s, operation_timeout=self.timeout_s
@@ -278,9 +290,17 @@ class AdminSession:
 
     # --- offsets -----------------------------------------------------------------------------
     def _list_offsets(self, specs: dict[Any, Any], what: str) -> dict[TP, int]:
+        return self._collect_offsets(self._ask_offsets(specs), specs, what)
+
+    def _ask_offsets(self, specs: dict[Any, Any]) -> dict[Any, Any]:
+        """The futures of one ListOffsets request (nothing asked when ``specs`` is empty)."""
         if not specs:
             return {}
-        futures = self.admin.list_offsets(specs, request_timeout=self.timeout_s)
+        return dict(self.admin.list_offsets(specs, request_timeout=self.timeout_s))
+
+    def _collect_offsets(
+        self, futures: Mapping[Any, Any], specs: Mapping[Any, Any], what: str
+    ) -> dict[TP, int]:
         out: dict[TP, int] = {}
         for tp, fut in futures.items():
             try:
@@ -305,12 +325,29 @@ class AdminSession:
 
         return ask
 
-    def watermarks(self, tps: Iterable[TP], what: str = "reading end offsets") -> dict[TP, Ends]:
-        """``(log start, end)`` of every partition."""
+    def watermarks(
+        self, tps: Iterable[TP], what: str = "reading end offsets", *, known_only: bool = False
+    ) -> dict[TP, Ends]:
+        """``(log start, end)`` of every partition.
+
+        Both requests are in flight at once: a partition whose leader is down but still in
+        the metadata (the seconds before the cluster notices) holds each request until its
+        timeout, and that happens once, not twice.  librdkafka then answers offset -1001 for
+        it, without an error: with ``known_only`` such a partition is left out (its offsets
+        are unknown) instead of returned with those offsets."""
         tps = sorted(set(tps))
-        low = self._list_offsets({TopicPartition(t, p): _SPEC.earliest() for t, p in tps}, what)
-        high = self._list_offsets({TopicPartition(t, p): _SPEC.latest() for t, p in tps}, what)
-        return {tp: Ends(low[tp], high[tp]) for tp in tps}
+        low_specs = {TopicPartition(t, p): _SPEC.earliest() for t, p in tps}
+        high_specs = {TopicPartition(t, p): _SPEC.latest() for t, p in tps}
+        low_futures, high_futures = self._ask_offsets(low_specs), self._ask_offsets(high_specs)
+        low = self._collect_offsets(low_futures, low_specs, what)
+        high = self._collect_offsets(high_futures, high_specs, what)
+        out = {tp: Ends(low[tp], high[tp]) for tp in tps}
+        if known_only:
+            unknown = [tp for tp, e in out.items() if e.start < 0 or e.end < 0]
+            if unknown:
+                log.debug("%s: no offsets for %s (leader down?)", what, unknown)
+            out = {tp: e for tp, e in out.items() if tp not in unknown}
+        return out
 
     def offsets_for_time(self, tps: Iterable[TP], time_ms: int, what: str) -> dict[TP, int | None]:
         """The first offset at or after ``time_ms`` per partition (``None``: no such record)."""
@@ -493,6 +530,14 @@ class ReadResult:
     records: int = 0
     truncated: bool = False
     unfinished: tuple[TP, ...] = ()
+
+
+def _health(tmd: Any) -> dict[int, PartitionHealth]:
+    """Partition → health of a confluent-kafka ``TopicMetadata``."""
+    return {
+        p: PartitionHealth.of(pmd.leader, pmd.replicas, pmd.isrs)
+        for p, pmd in tmd.partitions.items()
+    }
 
 
 def _is_missing_group(err: Any) -> bool:

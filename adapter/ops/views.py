@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from adapter.core.codec import logical_topic
 from adapter.core.control import ResetTarget
@@ -47,6 +47,96 @@ class Record:
     timestamp_ms: int | None
     headers: dict[str, str]
     value_size: int = 0
+
+
+# --- partition health ------------------------------------------------------------------------
+HEALTH_OK: Final = "ok"
+UNDER_REPLICATED: Final = "under-replicated"
+LEADERLESS: Final = "leaderless"
+
+
+def partition_status(leader: int, replicas: int, isr: int) -> str:
+    """A partition's health from its metadata: ``leaderless`` (no leader, ``leader < 0``: it
+    can be neither read nor written), ``under-replicated`` (fewer in-sync replicas than
+    replicas) or ``ok``."""
+    if leader < 0:
+        return LEADERLESS
+    if isr < replicas:
+        return UNDER_REPLICATED
+    return HEALTH_OK
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    """A partition's replication as the cluster metadata reports it: its leader's node id
+    (``None``: no leader), how many replicas it has and how many of them are in sync."""
+
+    leader: int | None
+    replicas: int
+    isr: int
+
+    @classmethod
+    def of(cls, leader: int, replicas: Sequence[int], isrs: Sequence[int]) -> PartitionHealth:
+        """From the metadata's fields (confluent-kafka's ``PartitionMetadata.leader``,
+        ``.replicas``, ``.isrs``): node ids, leader ``-1`` when there is none."""
+        return cls(None if leader < 0 else leader, len(replicas), len(isrs))
+
+    @property
+    def status(self) -> str:
+        return partition_status(-1 if self.leader is None else self.leader, self.replicas, self.isr)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == HEALTH_OK
+
+    @property
+    def readable(self) -> bool:
+        """Whether its offsets can be asked (it has a leader)."""
+        return self.leader is not None
+
+    def describe(self) -> str:
+        """``under-replicated: 2 of 3 replicas in sync, leader 1``."""
+        leader = "no leader" if self.leader is None else f"leader {self.leader}"
+        return f"{self.status}: {self.isr} of {self.replicas} replicas in sync, {leader}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leader": self.leader,
+            "replicas": self.replicas,
+            "isr": self.isr,
+            "status": self.status,
+        }
+
+
+#: The health fields of a partition that has no metadata (its topic does not exist).
+_NO_HEALTH: Final[dict[str, Any]] = {"leader": None, "replicas": None, "isr": None, "status": None}
+
+
+def _health_json(health: PartitionHealth | None) -> dict[str, Any]:
+    return dict(_NO_HEALTH) if health is None else health.to_json()
+
+
+def _marker(health: PartitionHealth | None) -> str:
+    """The table's marker cell: empty for a healthy partition (or one without metadata)."""
+    return "" if health is None or health.ok else health.status
+
+
+def health_notes(unhealthy: Iterable[tuple[str, PartitionHealth]]) -> list[str]:
+    """The footnote of a table: one line per unhealthy partition (``topic[partition]``,
+    logical name), after a heading; nothing when every partition is healthy."""
+    rows = [
+        (
+            name,
+            health.describe() + ("" if health.readable else "; end offset unknown"),
+        )
+        for name, health in unhealthy
+        if not health.ok
+    ]
+    if not rows:
+        return []
+    return [f"unhealthy partitions ({len(rows)}):"] + [
+        "  " + line for line in _table(None, rows, "ll")
+    ]
 
 
 # --- groups ----------------------------------------------------------------------------------
@@ -162,6 +252,8 @@ class PartitionProgress:
     owner: Member | None = None
     head: int | None = None
     drained: bool = False
+    #: ``None`` when the topic has no metadata (it does not exist)
+    health: PartitionHealth | None = None
 
     @property
     def lag(self) -> int | None:
@@ -180,25 +272,33 @@ class PartitionProgress:
             "lag": self.lag,
             "owner": None if self.owner is None else self.owner.member_id,
             "owner_client_id": None if self.owner is None else self.owner.client_id,
+            **_health_json(self.health),
         }
 
 
 @dataclass(frozen=True, slots=True)
 class DlqSize:
+    """The size of a group's DLQ.  ``unhealthy``: its partitions that are under-replicated or
+    leaderless (a leaderless one's records are not counted: its offsets cannot be asked)."""
+
     topic: str
     kafka_topic: str
     exists: bool
     size: int
     partitions: int
+    unhealthy: tuple[tuple[int, PartitionHealth], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "topic": self.topic,
             "kafka_topic": self.kafka_topic,
             "exists": self.exists,
             "size": self.size,
             "partitions": self.partitions,
         }
+        if self.unhealthy:  # only then: a healthy DLQ's JSON stays as it always was
+            out["unhealthy"] = [{"partition": p, **h.to_json()} for p, h in self.unhealthy]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +311,19 @@ class GroupProgress:
 
     @property
     def lag(self) -> int:
+        """The sum of the known lags (a leaderless partition's is unknown)."""
         return sum(p.lag or 0 for p in self.partitions)
+
+    def unhealthy(self) -> list[tuple[str, PartitionHealth]]:
+        """``(topic[partition], health)`` of every listed or DLQ partition that is
+        under-replicated or leaderless."""
+        out = [
+            (f"{p.topic}[{p.partition}]", p.health)
+            for p in self.partitions
+            if p.health is not None and not p.health.ok
+        ]
+        out.extend((f"{self.dlq.topic}[{p}]", h) for p, h in self.dlq.unhealthy if not h.ok)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -235,19 +347,25 @@ class GroupProgress:
                 _num(p.end),
                 _num(p.lag),
                 p.owner.label if p.owner else "-",
+                _marker(p.health),
             )
             for p in self.partitions
         ]
-        header = ("topic[partition]", "committed", "end", "lag", "owner")
-        lines.extend(_table(header, rows, "lrrrl"))
-        lines.append(f"total lag {self.lag}")
+        # the marker column has no heading: a healthy table looks as it always did
+        header = ("topic[partition]", "committed", "end", "lag", "owner", "")
+        lines.extend(_table(header, rows, "lrrrll"))
+        unknown = sum(1 for p in self.partitions if p.health is not None and not p.health.readable)
+        more = f" (+ unknown on {unknown} leaderless partition(s))" if unknown else ""
+        lines.append(f"total lag {self.lag}{more}")
         if self.dlq.exists:
+            blind = sum(1 for _, h in self.dlq.unhealthy if not h.readable)
             lines.append(
-                f"{self.dlq.topic}: {self.dlq.size} message(s) in "
+                f"{self.dlq.topic}: {self.dlq.size}{'+?' if blind else ''} message(s) in "
                 f"{self.dlq.partitions} partition(s)"
             )
         else:
             lines.append(f"{self.dlq.topic}: no such topic (nothing dead-lettered yet)")
+        lines.extend(health_notes(self.unhealthy()))
         return lines
 
 
@@ -272,11 +390,16 @@ def build_progress(  # noqa: PLR0917
     heads: Mapping[TP, int | None],
     dlq: DlqSize,
     logical: Logical = logical_topic,
+    *,
+    health: Mapping[TP, PartitionHealth] | None = None,
 ) -> GroupProgress:
     """Assemble a group's progress.  ``partitions``: Kafka topic → its partitions (``None``:
     the topic does not exist, then only its committed partitions are shown); ``ends``:
-    ``(log start, end)``; ``heads``: for the partitions that were probed, the first readable
-    offset at or after the committed one, ``None`` when there is none."""
+    ``(log start, end)``, missing where unknown (a leaderless partition); ``heads``: for the
+    partitions that were probed, the first readable offset at or after the committed one,
+    ``None`` when there is none; ``health``: each partition's replication, from the
+    metadata."""
+    health = health or {}
     rows: list[PartitionProgress] = []
     for topic, parts in partitions.items():
         known = parts if parts is not None else sorted(p for t, p in committed if t == topic)
@@ -294,6 +417,7 @@ def build_progress(  # noqa: PLR0917
                     owner=info.owner(tp),
                     head=heads.get(tp),
                     drained=tp in heads and heads[tp] is None,
+                    health=health.get(tp),
                 )
             )
     rows.sort(key=lambda r: (*_topic_order(r.kafka_topic, logical), r.partition))
@@ -393,18 +517,24 @@ class ResetResult:
 # --- ScheduleService status ------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LevelPartition:
+    """One partition of a delay-level topic; ``start``/``end`` are ``None`` when unknown (a
+    leaderless partition: its offsets cannot be asked)."""
+
     partition: int
     committed: int | None
-    start: int
-    end: int
+    start: int | None
+    end: int | None
     head: int | None = None
     head_due_ms: int | None = None
     drained: bool = False
+    health: PartitionHealth | None = None
 
     @property
-    def waiting(self) -> int:
+    def waiting(self) -> int | None:
         """Entries not yet forwarded: ``end - committed`` (from the log start when the service
-        never committed here)."""
+        never committed here); ``None`` when the end offset is unknown."""
+        if self.end is None:
+            return None
         base = self.start if self.committed is None else self.committed
         lag = compute_lag(base, self.start, self.end, head=self.head, drained=self.drained)
         return lag or 0
@@ -418,6 +548,7 @@ class LevelPartition:
             "waiting": self.waiting,
             "head_offset": self.head,
             "head_due_ms": self.head_due_ms,
+            **_health_json(self.health),
         }
 
 
@@ -431,7 +562,18 @@ class LevelStatus:
 
     @property
     def waiting(self) -> int:
-        return sum(p.waiting for p in self.partitions)
+        """The entries waiting in the partitions whose end offset is known."""
+        return sum(p.waiting or 0 for p in self.partitions)
+
+    @property
+    def waiting_known(self) -> bool:
+        return all(p.waiting is not None for p in self.partitions)
+
+    @property
+    def marker(self) -> str:
+        """The worst health of its partitions, for the table (empty when all are ok)."""
+        statuses = {_marker(p.health) for p in self.partitions}
+        return next((s for s in (LEADERLESS, UNDER_REPLICATED) if s in statuses), "")
 
     @property
     def oldest_due_ms(self) -> int | None:
@@ -491,15 +633,30 @@ class ScheduleStatus:
             (
                 str(level.level),
                 level.topic,
-                str(level.waiting),
+                f"{level.waiting}{'' if level.waiting_known else '+?'}",
                 format_time(level.oldest_due_ms),
                 format_span_ms(level.lag_ms(self.now_ms)),
+                level.marker,
             )
             for level in self.levels
         ]
-        lines.extend(_table(("level", "topic", "waiting", "oldest due", "lag"), rows, "rlrll"))
-        lines.append(f"total waiting {self.waiting}")
+        # the marker column has no heading: a healthy table looks as it always did
+        header = ("level", "topic", "waiting", "oldest due", "lag", "")
+        lines.extend(_table(header, rows, "rlrlll"))
+        known = all(level.waiting_known for level in self.levels)
+        lines.append(f"total waiting {self.waiting}{'' if known else ' (+ unknown: leaderless)'}")
+        lines.extend(health_notes(self.unhealthy()))
         return lines
+
+    def unhealthy(self) -> list[tuple[str, PartitionHealth]]:
+        """``(topic[partition], health)`` of every delay-level partition that is
+        under-replicated or leaderless."""
+        return [
+            (f"{level.topic}[{p.partition}]", p.health)
+            for level in self.levels
+            for p in level.partitions
+            if p.health is not None and not p.health.ok
+        ]
 
 
 # --- text tables -----------------------------------------------------------------------------
