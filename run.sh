@@ -3,6 +3,7 @@
 # and then runs what you ask for:
 #   ./run.sh demo    the end-to-end demo on an embedded local Kafka broker (the main job)
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
+#   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
@@ -63,12 +64,17 @@ case "$cmd" in
     rm -f "$mypy_log"
     exit "$rc"
     ;;
+  test-cluster)
+    setup
+    echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
+    RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/cluster "$@"
+    ;;
   bench)
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
     ;;
   *)
-    sed -n '2,8p' "$0"
+    sed -n '2,9p' "$0"
     exit 2
     ;;
 esac

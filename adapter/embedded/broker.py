@@ -47,6 +47,7 @@ from adapter.embedded.jars import (
     ensure_jars,
     file_lock,
     kafka_home,
+    kafka_version,
     lib_dir,
 )
 from adapter.embedded.node import (
@@ -637,7 +638,7 @@ class EmbeddedKafka:
                 "controller_port": ports[1][1],
                 "data_dir": str(self.data_dir),
                 "instance_dir": str(self.instance_dir),
-                "kafka_version": KAFKA_VERSION,
+                "kafka_version": kafka_version(),
                 "started_at": time.time(),
                 "nodes": {
                     str(i): {"pid": pid, "port": ports[i][0], "controller_port": ports[i][1]}

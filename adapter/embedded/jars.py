@@ -11,13 +11,14 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from adapter.errors import AdapterError
+from adapter.errors import AdapterError, ConfigError
 
 __all__ = [
     "HOME_ENV",
@@ -28,6 +29,7 @@ __all__ = [
     "file_lock",
     "file_tail",
     "kafka_home",
+    "kafka_version",
     "lib_dir",
     "tail",
     "which",
@@ -36,7 +38,12 @@ __all__ = [
 #: The Kafka release the embedded broker runs (``org.apache.kafka:kafka_2.13``); the
 #: ``pom.xml`` beside this module pins the same version.
 KAFKA_VERSION = "4.4.0"
+#: The oldest broker release the adapter supports (share groups are production-ready from
+#: 4.2); CI runs the integration suite's core on it (``RMQ_KAFKA_VERSION``).
+OLDEST_SUPPORTED_KAFKA = "4.2.0"
 HOME_ENV = "RMQ_KAFKA_HOME"
+VERSION_ENV = "RMQ_KAFKA_VERSION"
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 _MARKER = ".rmq-kafka-complete"
 _MVN_TIMEOUT_S = 1800.0
@@ -62,8 +69,17 @@ def kafka_home(home: str | os.PathLike[str] | None = None) -> Path:
     return (Path.home() / ".cache" / "rmq-kafka").resolve()
 
 
+def kafka_version() -> str:
+    """The Kafka release to run: ``$RMQ_KAFKA_VERSION`` (e.g. the oldest supported one, in
+    CI) or :data:`KAFKA_VERSION`."""
+    version = os.environ.get(VERSION_ENV, "").strip() or KAFKA_VERSION
+    if not _VERSION_RE.match(version):
+        raise ConfigError(VERSION_ENV, version, "must be a Kafka release such as 4.2.0")
+    return version
+
+
 def lib_dir(home: str | os.PathLike[str] | None = None) -> Path:
-    return kafka_home(home) / f"kafka-{KAFKA_VERSION}" / "lib"
+    return kafka_home(home) / f"kafka-{kafka_version()}" / "lib"
 
 
 def _jars_complete(lib: Path) -> bool:
@@ -132,10 +148,10 @@ def ensure_jars(home: str | os.PathLike[str] | None = None) -> Path:
             return lib
         which("java")
         tmp = copy_maven_dependencies(
-            resources.files("adapter.embedded").joinpath("pom.xml").read_bytes(),
+            _pom(kafka_version()),
             root,
             f"lib.tmp-{os.getpid()}",
-            what=f"Kafka {KAFKA_VERSION} jars",
+            what=f"Kafka {kafka_version()} jars",
             complete=lambda names: any(j.startswith("kafka_2.13-") for j in names),
             error=EmbeddedKafkaError,
         )
@@ -144,6 +160,16 @@ def ensure_jars(home: str | os.PathLike[str] | None = None) -> Path:
         shutil.rmtree(lib, ignore_errors=True)
         tmp.rename(lib)
     return lib
+
+
+def _pom(version: str) -> bytes:
+    """The shipped ``pom.xml`` with the broker release ``version``."""
+    pom = resources.files("adapter.embedded").joinpath("pom.xml").read_text(encoding="utf-8")
+    pinned = f"<artifactId>kafka_2.13</artifactId><version>{KAFKA_VERSION}</version>"
+    if pinned not in pom:
+        raise EmbeddedKafkaError(f"pom.xml does not pin kafka_2.13 {KAFKA_VERSION}")
+    wanted = f"<artifactId>kafka_2.13</artifactId><version>{version}</version>"
+    return pom.replace(pinned, wanted).encode("utf-8")
 
 
 def copy_maven_dependencies(

@@ -109,6 +109,7 @@ def test_a_default_send_rides_out_a_leader_kill(kafka_cluster: EmbeddedKafka) ->
     kafka_cluster.node(leader).start()
 
 
+@pytest.mark.cluster_tier
 def test_bootstrap_list_with_brokers_down_still_serves(kafka_cluster: EmbeddedKafka) -> None:
     """A bootstrap list whose first entries are down (a closed port, a stopped node): the
     producer and the PushConsumer use the brokers that answer."""
@@ -155,6 +156,7 @@ def test_replication_factor_above_the_brokers_is_refused_clearly(
     assert "replication_factor" in err and "4" in err and "3 broker(s)" in err
 
 
+@pytest.mark.cluster_tier
 def test_min_insync_not_met_is_a_bounded_retry_then_a_clear_error(
     kafka_cluster: EmbeddedKafka,
 ) -> None:
