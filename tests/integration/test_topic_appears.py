@@ -1,0 +1,53 @@
+"""A subscribed topic that appears after the consumer started is picked up within seconds.
+
+On a three-node cluster the group's own retry topic, created just before the consumer
+subscribes, was not yet known to the broker the consumer asked: librdkafka took it for
+missing and looked again only after ``topic.metadata.refresh.interval.ms`` (5 minutes by
+default), so retries waited that long (the bounce tier's rolling restart, at-least-once:
+229 retries not delivered within its 3-minute window). A topic created after ``subscribe``
+is the same case on one broker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from adapter import Message, Producer, PushConsumer
+from adapter.io.topics import TopicPlan, ensure_with
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_topic_created_after_subscribe_is_consumed_within_seconds(
+    kafka_bootstrap_servers: str,
+) -> None:
+    conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = f"appears-{uuid.uuid4().hex}"
+    got: list[bytes] = []
+    consumer = PushConsumer(
+        {**conf, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"},
+        delay_levels="1s 2s",
+        namespace=f"ap{uuid.uuid4().hex[:10]}",
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(lambda msgs, ctx: got.extend(m.body for m in msgs))
+    admin = AdminClient(conf)
+    try:
+        with consumer:
+            time.sleep(2)  # the consumer has asked for the topic and been told it is missing
+            ensure_with(admin, [TopicPlan(topic, topic, 1)])
+            created = time.monotonic()
+            with Producer(conf) as producer:
+                producer.send(Message(topic=topic, body=b"first"))
+            while not got and time.monotonic() - created < 30:
+                consumer.check_alive()
+                time.sleep(0.1)
+            took = time.monotonic() - created
+    finally:
+        admin.delete_topics([topic], operation_timeout=0)
+    assert got == [b"first"], f"nothing consumed {took:.1f} s after the topic appeared"
+    assert took < 20
