@@ -262,17 +262,21 @@ def _reap_orphans(instances: Path) -> None:
             shutil.rmtree(inst, ignore_errors=True)
 
 
+def _session_instance(instance: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
+    """Start ``instance`` fresh (after stopping what dead sessions left), yield it, stop it
+    and drop its data (session-local)."""
+    _reap_orphans(instance.instance_dir.parent)
+    instance.start(fresh=True)
+    try:
+        yield instance
+    finally:
+        instance.stop()
+        shutil.rmtree(instance.instance_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def _rmq_kafka_embedded() -> Iterator[EmbeddedKafka]:
-    broker = EmbeddedKafka(f"pytest-{os.getpid()}")
-    _reap_orphans(broker.instance_dir.parent)
-    broker.start(fresh=True)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-        # the instance's data is session-local: drop it
-        shutil.rmtree(broker.instance_dir, ignore_errors=True)
+    yield from _session_instance(EmbeddedKafka(f"pytest-{os.getpid()}"))
 
 
 @pytest.fixture(scope="session")
@@ -315,14 +319,9 @@ def kafka_cluster() -> Iterator[EmbeddedKafka]:
     """A three-node embedded KRaft cluster of this session (started on first use): replication
     factor 3 and ``min.insync.replicas=2`` by default; ``kafka_cluster.node(i)`` stops, kills,
     freezes or restarts one node. After each test that used it, every node is running again."""
-    cluster = EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
-    _reap_orphans(cluster.instance_dir.parent)
-    cluster.start(fresh=True)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.instance_dir, ignore_errors=True)
+    yield from _session_instance(
+        EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,12 @@ def _topic(cluster: EmbeddedKafka, name: str, **config: str) -> str:
     return name
 
 
+def _ensure(cluster: EmbeddedKafka, *args: str) -> int:
+    """``rmq-kafka topics ensure -b <the cluster> ARGS``, in a namespace of its own."""
+    ns = f"rf{time.time_ns()}"
+    return cli_main(["topics", "ensure", "-b", cluster.bootstrap_servers, "--namespace", ns, *args])
+
+
 def test_cluster_defaults_are_productions(kafka_cluster: EmbeddedKafka) -> None:
     """Three running nodes; new topics take 3 replicas, and the adapter's own topics 3
     replicas with min.insync.replicas 2."""
@@ -50,23 +56,7 @@ def test_cluster_defaults_are_productions(kafka_cluster: EmbeddedKafka) -> None:
     md = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}).list_topics(timeout=10)
     assert len(md.topics[name].partitions[0].replicas) == 3
     group = f"g-rf-{time.time_ns()}"
-    assert (
-        cli_main(
-            [
-                "topics",
-                "ensure",
-                "-b",
-                kafka_cluster.bootstrap_servers,
-                "--group",
-                group,
-                "--delay-levels",
-                "1s 2s",
-                "--namespace",
-                f"rf{time.time_ns()}",
-            ]
-        )
-        == 0
-    )
+    assert _ensure(kafka_cluster, "--group", group, "--delay-levels", "1s 2s") == 0
     retry = naming.to_kafka(naming.retry_topic(group))
     md = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}).list_topics(timeout=10)
     assert {len(p.replicas) for p in md.topics[retry].partitions.values()} == {3}
@@ -139,18 +129,7 @@ def test_bootstrap_list_with_brokers_down_still_serves(kafka_cluster: EmbeddedKa
 def test_replication_factor_above_the_brokers_is_refused_clearly(
     kafka_cluster: EmbeddedKafka, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli_main(
-        [
-            "topics",
-            "ensure",
-            "-b",
-            kafka_cluster.bootstrap_servers,
-            "--group",
-            "g-rf4",
-            "--replication-factor",
-            "4",
-        ]
-    )
+    code = _ensure(kafka_cluster, "--group", "g-rf4", "--replication-factor", "4")
     err = capsys.readouterr().err
     assert code == 2
     assert "replication_factor" in err and "4" in err and "3 broker(s)" in err
@@ -192,21 +171,7 @@ def test_an_unreplicated_adapter_topic_is_warned_about(
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
     admin.create_topics([NewTopic(retry, 1, replication_factor=1)])[retry].result(30)
     with caplog.at_level(logging.WARNING, logger="adapter.topics"):
-        assert (
-            cli_main(
-                [
-                    "topics",
-                    "ensure",
-                    "-b",
-                    kafka_cluster.bootstrap_servers,
-                    "--group",
-                    group,
-                    "--delay-levels",
-                    "1s",
-                ]
-            )
-            == 0
-        )
+        assert _ensure(kafka_cluster, "--group", group, "--delay-levels", "1s") == 0
     warned = [r.getMessage() for r in caplog.records if retry in r.getMessage()]
     assert len(warned) == 1 and "replication factor 1" in warned[0]
 
