@@ -303,8 +303,12 @@ class Workload:
         deadline = time.monotonic() + timeout
         while not self.settled() and time.monotonic() < deadline:
             self.push.check_alive()
+            self.orderly.check_alive()
             self.service.check_alive()
             time.sleep(0.5)
+        # a client whose loop died fails the scenario, whether or not it settled
+        for client in (self.push, self.orderly, self.service, self.simple):
+            client.check_alive()
         self._resume_simple_receiver()
         with self.lock:
             handled = {k: list(v) for k, v in self.handled.items()}
