@@ -119,6 +119,12 @@ DEFAULT_RETRY_TIMES_WHEN_SEND_ASYNC_FAILED: Final = 2
 #: 3 s.  A leader move on a cluster takes the broker session timeout and an election (about
 #: 10 s with Kafka's defaults): with 3 s a send failed on every routine leader move.
 DEFAULT_SEND_MSG_TIMEOUT_MS: Final = 120_000
+#: How often the adapter's consumers refresh their metadata (``topic.metadata.refresh.
+#: interval.ms``, librdkafka's 5 minutes otherwise): a subscribed topic a consumer was told
+#: is missing (a retry topic created a moment before on another broker of a cluster, a
+#: user topic created after subscribe, a new delay-level topic of a pattern) is looked up
+#: again this soon.
+METADATA_REFRESH_MS: Final = 10_000
 #: The longest a send waits for a topic's metadata (Kafka's producers' ``max.block.ms``).
 MAX_BLOCK_MS: Final = 60_000
 #: Flow-control back-off of the producer (gRPC connection-backoff style).

@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from adapter.clients.resets import ResetReceiver
+from adapter.constants import METADATA_REFRESH_MS
 from adapter.core import hops
 from adapter.core.clock import Clock
 from adapter.core.codec import Failure
@@ -179,11 +180,6 @@ class ConsumerStats:
         return {t: replace(s) for t, s in list(self.topics.items())}
 
 
-#: How often a consumer refreshes its metadata (a subscribed topic it was told is missing
-#: is looked up again then): the ScheduleService's, for its pattern subscription.
-METADATA_REFRESH_MS = 10_000
-
-
 class GroupConsumer:
     """One member of a consumer group (or a broadcasting reader); see the module docstring."""
 
@@ -263,9 +259,7 @@ class GroupConsumer:
         # fetches again (1 s by default): a consumer that drains the queue in 0.2 s then sits
         # idle for 0.8 s (measured: 125 k msg/s at 1000 ms, 430-460 k msg/s at 10-50 ms)
         conf.setdefault("fetch.queue.backoff.ms", 20)
-        # a subscribed topic the consumer's broker did not know yet (a retry topic created
-        # a moment before on another broker of a cluster; a user topic created after
-        # subscribe) is looked up again this soon, not after librdkafka's 5 minutes
+        # a subscribed topic the consumer was told is missing is looked up again this soon
         conf.setdefault("topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS)
         # out of range: the earliest retained offset, for every topic (never skip ahead)
         conf["auto.offset.reset"] = "earliest"

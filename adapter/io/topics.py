@@ -134,9 +134,9 @@ def plan_replication(
     factor of 3 or more gets ``min.insync.replicas`` 2 where the broker's default is lower.
     A factor above the broker count, or an in-sync minimum above the factor, is refused."""
     for name, value in (("replication_factor", factor), ("min_insync_replicas", min_insync)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(name, value, "must be an int >= 1")
-        if value is not None and value < 1:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             raise ConfigError(name, value, "must be an int >= 1")
     if factor is None:
         factor = min(max(broker_factor, min(CLUSTER_REPLICATION_FACTOR, brokers)), brokers)
@@ -165,10 +165,9 @@ def cluster_replication(
     *,
     factor: int | None = None,
     min_insync: int | None = None,
-) -> tuple[Replication, Any]:
-    """:func:`plan_replication` for the cluster behind ``admin``; also returns the metadata
-    read for it.  The brokers' defaults are read where the principal may describe them
-    (else Kafka's defaults are assumed)."""
+) -> Replication:
+    """:func:`plan_replication` for the cluster behind ``admin``.  The brokers' defaults
+    are read where the principal may describe them (else Kafka's defaults are assumed)."""
     md = admin.list_topics(timeout=timeout_s)
     brokers = max(1, len(md.brokers))
     broker_factor, broker_min_insync = 1, 1
@@ -182,15 +181,12 @@ def cluster_replication(
             broker_min_insync = int(entries[MIN_INSYNC_REPLICAS].value)
         except Exception as exc:  # no DescribeConfigs on the cluster: Kafka's defaults
             log.debug("broker defaults not readable (%s); assuming Kafka's", exc)
-    return (
-        plan_replication(
-            brokers,
-            broker_factor=broker_factor,
-            broker_min_insync=broker_min_insync,
-            factor=factor,
-            min_insync=min_insync,
-        ),
-        md,
+    return plan_replication(
+        brokers,
+        broker_factor=broker_factor,
+        broker_min_insync=broker_min_insync,
+        factor=factor,
+        min_insync=min_insync,
     )
 
 
@@ -264,7 +260,7 @@ def ensure_with(
     plans = list(plans)
     if not plans:
         return {}
-    replication, _md = cluster_replication(
+    replication = cluster_replication(
         admin, timeout_s, factor=replication_factor, min_insync=min_insync_replicas
     )
     new = [

@@ -255,7 +255,7 @@ class AdminSession:
         self, kafka_topic: str, partitions: int, config: Mapping[str, str], what: str
     ) -> bool:
         """Create a topic unless it exists; wait until it has leaders.  ``True`` if created."""
-        replication, _md = cluster_replication(self.admin, self.timeout_s)
+        replication = cluster_replication(self.admin, self.timeout_s)
         new = NewTopic(
             kafka_topic,
             num_partitions=partitions,

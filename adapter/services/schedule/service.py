@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient
 from adapter.constants import (
     DEFAULT_SCHEDULE_SERVICE_GROUP,
     KAFKA_SCHEDULE_PREFIX,
+    METADATA_REFRESH_MS,
     PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RECONSUME_TIME,
@@ -435,7 +436,7 @@ class _ServiceLoop:
         cconf.setdefault("fetch.wait.max.ms", 20)
         cconf.setdefault("fetch.queue.backoff.ms", 20)
         # level topics are subscribed by pattern: a new table's topics are found this soon
-        cconf.setdefault("topic.metadata.refresh.interval.ms", 10_000)
+        cconf.setdefault("topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS)
         require_setting(cconf, "enable.auto.offset.store", False, "offsets are stored when settled")
         require_setting(cconf, "enable.auto.commit", not self.eos, "commits follow the delivery")
         require_setting(cconf, "isolation.level", "read_committed", "aborted entries are skipped")
