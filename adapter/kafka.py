@@ -62,6 +62,7 @@ from adapter.core.dropin import CopyHolds, RetryTimer
 from adapter.core.message import MessageExt
 from adapter.core.publishing import Escalation, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow, route_failed
+from adapter.core.types import TP
 from adapter.errors import ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options, check_int, check_seconds
@@ -74,7 +75,6 @@ log = logging.getLogger("adapter.kafka")
 
 __all__ = ["Consumer", "DropInOptions", "RetriedMessage"]
 
-TP = tuple[str, int]
 #: The emulated ``enable.auto.offset.store`` stores positions at most this often.
 STORE_INTERVAL_S = 0.05
 #: How long ``close()`` and a revoke wait for copies still on their way.

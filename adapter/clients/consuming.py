@@ -58,6 +58,7 @@ from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, TopicStats
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
+from adapter.core.types import TP
 from adapter.io.config import admin_config, require_setting
 from adapter.io.errors import FatalErrorWatch, client_error, error_text, make_client, refusal_of
 from adapter.io.offset_store import LocalFileOffsetStore
@@ -68,7 +69,6 @@ from adapter.io.records import TopicNames
 
 log = logging.getLogger("adapter.consumer")
 
-TP = tuple[str, int]
 #: Longest the loop goes without calling ``consume()`` while it serves a backlog of work.
 MAX_FETCH_GAP_S = 1.0
 #: Longest ``consume()`` waits for records when nothing else is due (the loop's tick).

@@ -58,6 +58,7 @@ from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_wher
 from adapter.core.routing import ConsumeConcurrentlyStatus, MessageModel
 from adapter.core.stats import TopicStats
 from adapter.core.trace import TraceSink
+from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options, check_int, check_kafka_config, check_seconds
@@ -82,7 +83,6 @@ __all__ = [
     "TopicStats",
 ]
 
-TP = tuple[str, int]
 #: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
 _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 #: Records taken per ``consume()`` while the listener runs inline.  A fetch's records and

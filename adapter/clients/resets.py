@@ -21,11 +21,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from adapter.core.types import TP
 from adapter.errors import AdapterError
 
 log = logging.getLogger("adapter.consumer")
 
-TP = tuple[str, int]
 #: How often a member looks for reset requests.
 POLL_INTERVAL_S = 1.0
 #: Back-off after the control channel could not be opened or read (doubling, capped).

@@ -57,6 +57,7 @@ from adapter.core.message import MessageExt
 from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_where_of
 from adapter.core.publishing import Refusal
 from adapter.core.stats import TopicStats
+from adapter.core.types import TP
 from adapter.errors import (
     ClientClosedError,
     ConfigError,
@@ -80,7 +81,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-TP = tuple[str, int]
 #: RocketMQ's Python client waits this long (seconds) for the first message of a receive.
 DEFAULT_AWAIT_DURATION_S = 20.0
 #: Longest ``await_duration`` accepted.

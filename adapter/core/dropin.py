@@ -17,7 +17,7 @@ import heapq
 import itertools
 from typing import Any
 
-TP = tuple[str, int]
+from adapter.core.types import TP
 
 
 class CopyHolds:

@@ -27,6 +27,7 @@ from adapter.core.codec import logical_topic
 from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import parse_non_negative
+from adapter.core.types import TP
 from adapter.errors import InvalidInputError, KafkaClientError, TopicNameError
 from adapter.ops.control import publish_reset
 from adapter.ops.errors import (
@@ -36,7 +37,7 @@ from adapter.ops.errors import (
     TopicNotFoundError,
 )
 from adapter.ops.journey import Matcher, SearchResult, journeys
-from adapter.ops.kafka import TP, AdminSession, Ends, head_records, record_of
+from adapter.ops.kafka import AdminSession, Ends, head_records, record_of
 from adapter.ops.progress import ProgressCallback
 from adapter.ops.views import (
     DlqSize,

@@ -30,6 +30,7 @@ from confluent_kafka.admin import _listoffsets as _offset_specs
 from confluent_kafka.cimpl import NewTopic
 
 from adapter.core.headers import HeaderView
+from adapter.core.types import TP
 from adapter.errors import (
     AuthenticationError,
     BrokerUnavailableError,
@@ -44,7 +45,6 @@ log = logging.getLogger("adapter.ops")
 #: Where the admin commands' clients send librdkafka's log lines (unless the config says).
 CLIENT_LOG: Final = logging.getLogger("adapter.ops.librdkafka")
 
-TP = tuple[str, int]
 """``(kafka topic, partition)``."""
 
 #: How long one step of a wait lasts: the granularity of fail-fast.

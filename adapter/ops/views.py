@@ -14,9 +14,9 @@ from typing import Any, Final
 from adapter.core.codec import logical_topic
 from adapter.core.control import ResetTarget
 from adapter.core.naming import is_dlq_topic, is_retry_topic
+from adapter.core.types import TP
 from adapter.ops.timespec import format_time
 
-TP = tuple[str, int]
 Logical = Callable[[str], str]
 
 

@@ -22,7 +22,8 @@ from adapter.core.engine.actions import (
     TimedOut,
 )
 from adapter.core.engine.concurrent import ConcurrentEngine
-from adapter.core.engine.tracking import TP, Work
+from adapter.core.engine.tracking import Work
+from adapter.core.types import TP
 
 __all__ = [
     "TP",

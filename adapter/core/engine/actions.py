@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels
-from adapter.core.engine.tracking import TP, Work
+from adapter.core.engine.tracking import Work
 from adapter.core.offsets import FlowLimits
 from adapter.core.routing import Destination
+from adapter.core.types import TP
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,11 @@ from adapter.core.engine.actions import (
     flow_and_offsets,
     store_again,
 )
-from adapter.core.engine.tracking import TP, PartitionState, Work
+from adapter.core.engine.tracking import PartitionState, Work
 from adapter.core.listener import Outcome, timed_out
 from adapter.core.publishing import Escalation, Refusal, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, Destination, route_failed
+from adapter.core.types import TP
 
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
 

@@ -70,10 +70,11 @@ from adapter.core.engine.actions import (
     pause_change,
     store_again,
 )
-from adapter.core.engine.tracking import TP, Work
+from adapter.core.engine.tracking import Work
 from adapter.core.listener import ConsumeOrderlyStatus
 from adapter.core.publishing import Escalation, Refusal, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason
+from adapter.core.types import TP
 from adapter.errors import ConfigError, ListenerResultError
 
 __all__ = [

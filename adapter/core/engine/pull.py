@@ -51,10 +51,11 @@ from adapter.constants import DEFAULT_MAX_RECONSUME_TIMES
 from adapter.core.codec import Failure
 from adapter.core.delay import resolve_max_reconsume_times
 from adapter.core.engine.actions import Action, SendBack, flow_and_offsets, store_again
-from adapter.core.engine.tracking import TP, Work
+from adapter.core.engine.tracking import Work
 from adapter.core.offsets import FlowLimits
 from adapter.core.publishing import Escalation, Refusal, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryNow
+from adapter.core.types import TP
 from adapter.errors import InvalidInputError, InvalidReceiptHandleError
 
 #: RocketMQ 5: at most 32 messages per receive (the broker caps a pop there).

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from adapter.core.engine.actions import Pause, Resume, StoreOffsets
-from adapter.core.engine.tracking import TP
 from adapter.core.schedule import EntryInfo, read_entry
+from adapter.core.types import TP
 
 
 @dataclass(frozen=True, slots=True)

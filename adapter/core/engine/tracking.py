@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-TP = tuple[str, int]
+from adapter.core.types import TP
+
 """A partition: (Kafka topic, partition)."""
 
 

@@ -57,6 +57,7 @@ from adapter.core.publishing import Escalation, escalate
 from adapter.core.schedule import Forward, Invalid, Repark, decide_due
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, LatencySummary, Reservoir
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
+from adapter.core.types import TP
 from adapter.errors import ConfigError, TopicNameError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import (
@@ -83,7 +84,6 @@ from adapter.services.schedule.delivery import AtLeastOnce, ExactlyOnce
 
 log = logging.getLogger("adapter.schedule")
 
-TP = tuple[str, int]
 INVALID_SCHEDULE_ENTRY = "INVALID_SCHEDULE_ENTRY"
 _LOOKUP_TIMEOUT_S = 10.0
 #: A destination's partition count is looked up again once it is this old: a destination
