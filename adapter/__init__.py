@@ -17,6 +17,7 @@ from adapter.clients.push_consumer import (
     ConsumeConcurrentlyContext,
     ConsumeOrderlyContext,
     ConsumeOrderlyStatus,
+    MessageListenerConcurrently,
     MessageListenerOrderly,
     MessageQueue,
     Ordering,
@@ -55,7 +56,7 @@ from adapter.errors import (
     UnknownTopicError,
 )
 from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
-from adapter.services.schedule_service import DeliveryGuarantee, ScheduleService
+from adapter.services.schedule import DeliveryGuarantee, ScheduleService
 
 __all__ = [
     "AdapterError",
@@ -83,6 +84,7 @@ __all__ = [
     "MalformedHeaderError",
     "Message",
     "MessageExt",
+    "MessageListenerConcurrently",
     "MessageListenerOrderly",
     "MessageModel",
     "MessageQueue",

@@ -1,7 +1,9 @@
 """The analytics path: Avro consume traces on a Kafka topic, read by Spark jobs.
 
-* :mod:`adapter.analytics.schemas` -- the ``.avsc`` schemas (parsed once) and codecs;
-* :mod:`adapter.analytics.trace` -- :class:`KafkaTraceSink`, what ``trace_topic=`` creates;
+* :mod:`adapter.io.avro` (alias ``adapter.analytics.schemas``) -- the ``.avsc`` schemas
+  (parsed once) and codecs;
+* :mod:`adapter.io.trace_sink` (alias ``adapter.analytics.trace``) -- :class:`KafkaTraceSink`,
+  what ``trace_topic=`` creates;
 * :mod:`adapter.analytics.jars` -- the pinned Spark connector jars (fetched once, cached);
 * :mod:`adapter.analytics.session` -- SparkSession + Kafka security -> ``kafka.*`` options;
 * :mod:`adapter.analytics.transforms` -- pure DataFrame -> DataFrame transformations;
@@ -19,7 +21,7 @@ __all__ = ["KafkaTraceSink"]
 
 def __getattr__(name: str) -> object:
     if name == "KafkaTraceSink":
-        from adapter.analytics.trace import KafkaTraceSink
+        from adapter.io.trace_sink import KafkaTraceSink
 
         return KafkaTraceSink
     raise AttributeError(name)

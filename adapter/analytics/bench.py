@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer as RawProducer
 
 from adapter.analytics.jars import SPARK_VERSION
-from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, encode_trace, trace_schema
 from adapter.core.trace import TraceEvent, TraceStatus
 from adapter.errors import AdapterError
+from adapter.io.avro import TRACE_SCHEMA_HEADER, encode_trace, trace_schema
 from adapter.io.topics import TopicPlan, ensure_topics
 
 if TYPE_CHECKING:

@@ -27,11 +27,11 @@ from pyspark.sql import functions as F
 from adapter.analytics import transforms
 from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError
 from adapter.analytics.report import render_chart, write_csv
-from adapter.analytics.schemas import dlq_export_schema
 from adapter.analytics.session import kafka_options
 from adapter.constants import KAFKA_DLQ_PREFIX, TRACE_TOPIC
 from adapter.core import naming
 from adapter.errors import TopicNameError
+from adapter.io.avro import dlq_export_schema
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import client_error, make_client
 

@@ -41,7 +41,6 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from adapter.analytics.schemas import TRACE, TRACE_SCHEMA_HEADER, known_schemas, trace_schema
 from adapter.constants import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_TIME_MS,
@@ -58,6 +57,7 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
 )
 from adapter.errors import ConfigError
+from adapter.io.avro import TRACE, TRACE_SCHEMA_HEADER, known_schemas, trace_schema
 
 __all__ = [
     "CONSUME_STATUSES",
@@ -386,6 +386,6 @@ def dlq_summary(entries: DataFrame, *, top_keys: int = 3) -> DataFrame:
 
 def export_columns(entries: DataFrame) -> DataFrame:
     """The ``dlq_export.avsc`` columns of :func:`dlq_entries` (for the Avro export)."""
-    from adapter.analytics.schemas import dlq_export_schema
+    from adapter.io.avro import dlq_export_schema
 
     return entries.select(*dlq_export_schema().field_names)

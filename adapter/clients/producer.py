@@ -488,7 +488,7 @@ class Producer:
             if self._metrics is None and (
                 opts.metrics_port is not None or opts.metrics_registry is not None
             ):
-                from adapter.ops.metrics import ProducerCollector, expose  # on use
+                from adapter.io.metrics import ProducerCollector, expose  # on use
 
                 self._metrics = expose(
                     ProducerCollector(self.stats),

@@ -8,7 +8,6 @@ options, subscriptions, the listener, the lifecycle and the figures.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -418,9 +417,10 @@ class PushConsumer:
                 )
         trace = opts.trace_sink
         if opts.trace_topic and trace is None:
-            # imported on use: tracing is opt-in and lives with the analytics extra
-            trace_module = importlib.import_module("adapter.analytics.trace")
-            self._owned_trace = trace_module.KafkaTraceSink(self._config, opts.trace_topic)
+            # imported on use: tracing is opt-in and its Avro codec costs import time
+            from adapter.io.trace_sink import KafkaTraceSink
+
+            self._owned_trace = KafkaTraceSink(self._config, opts.trace_topic)
             trace = self._owned_trace
         engine_options = EngineOptions(
             batch_size=opts.consume_message_batch_max_size,
@@ -484,7 +484,7 @@ class PushConsumer:
         opts = self.options
         if opts.metrics_port is None and opts.metrics_registry is None:
             return
-        from adapter.ops.metrics import ConsumerCollector, expose  # on use
+        from adapter.io.metrics import ConsumerCollector, expose  # on use
 
         if self._member is not None:
             self._member.track_lag = True

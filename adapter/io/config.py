@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from adapter.errors import ConfigError
@@ -100,13 +100,6 @@ def check_kafka_config(config: Mapping[str, Any], owner: str) -> dict[str, Any]:
     return out
 
 
-def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the cluster is and how to authenticate: the part every client shares."""
-    return {
-        k: v for k, v in config.items() if k in CONNECTION_KEYS or k.startswith(CONNECTION_PREFIXES)
-    }
-
-
 def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """An admin-client config: every key but the consumer- and producer-only ones, so that
     librdkafka still rejects unknown names (and security settings pass through)."""
@@ -156,10 +149,6 @@ def build_options(cls: Callable[..., T], options: Mapping[str, Any], owner: str)
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise ConfigError(name, options[name], f"unknown {owner} option{extra}")
     return cls(**options)
-
-
-def option_defaults(cls: Any) -> dict[str, Any]:
-    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from adapter.core.offsets import PartitionTracker
 from adapter.io.errors import client_error
 
 
@@ -49,24 +47,6 @@ def release_assignment(consumer: Any, partitions: list[Any], cooperative: bool) 
         consumer.incremental_unassign(partitions)
     else:
         consumer.unassign()
-
-
-def commit_positions(
-    trackers: Mapping[tuple[str, int], PartitionTracker],
-    tps: Iterable[tuple[str, int]],
-    *,
-    force: bool = False,
-) -> list[Any]:
-    """The offsets to commit for ``tps``: only those that moved (``force``: all known)."""
-    out = []
-    for tp in tps:
-        tracker = trackers.get(tp)
-        if tracker is None:
-            continue
-        offset = tracker.committable() if force else tracker.take_commit()
-        if offset is not None:
-            out.append(TopicPartition(tp[0], tp[1], offset))
-    return out
 
 
 _LEADERLESS = frozenset(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import Message as KafkaMessage
 
-from adapter.constants import HEADER_GROUP
 from adapter.core.codec import logical_topic
-from adapter.core.headers import header_text
 from adapter.core.message import MessageExt, view_of
 from adapter.core.naming import is_retry_topic
 
@@ -42,16 +40,3 @@ class TopicNames:
         logical, retry = self.resolve(topic)
         return view_of(record, logical, retry, [None])
 
-
-def message_ext(record: KafkaMessage, names: TopicNames | None = None) -> MessageExt:
-    """One Kafka record as a :class:`MessageExt` (a digest-shortened retry or DLQ topic
-    name is recovered from the record's ``RMQ_GROUP`` header)."""
-    names = names or TopicNames()
-    topic = record.topic()
-    assert topic is not None
-    logical, retry = names.resolve(topic, header_text(_headers(record), HEADER_GROUP))
-    return view_of(record, logical, retry, [None])
-
-
-def _headers(record: KafkaMessage) -> list[tuple[str, bytes | None]] | None:
-    return record.headers()  # type: ignore[return-value] # consumed records: bytes values

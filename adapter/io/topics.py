@@ -20,7 +20,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.errors import ConfigError, KafkaClientError
+from adapter.errors import BrokerUnavailableError, ConfigError, KafkaClientError
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import client_error, make_client
 
@@ -168,7 +168,10 @@ def cluster_replication(
 ) -> Replication:
     """:func:`plan_replication` for the cluster behind ``admin``.  The brokers' defaults
     are read where the principal may describe them (else Kafka's defaults are assumed)."""
-    md = admin.list_topics(timeout=timeout_s)
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise client_error(exc, what="reading the cluster's brokers") from exc
     brokers = max(1, len(md.brokers))
     broker_factor, broker_min_insync = 1, 1
     if factor is None or min_insync is None:
@@ -236,16 +239,22 @@ def ensure_topics(
     current one raises it (never lowers it); one with a single replica on a multi-broker
     cluster is logged as a warning.
     """
-    admin = make_client(
-        AdminClient, admin_config(check_kafka_config(config, "admin")), what="admin client"
-    )
-    return ensure_with(
-        admin,
-        plans,
-        replication_factor=replication_factor,
-        min_insync_replicas=min_insync_replicas,
-        timeout_s=timeout_s,
-    )
+    config = check_kafka_config(config, "admin")
+    admin = make_client(AdminClient, admin_config(config), what="admin client")
+    try:
+        return ensure_with(
+            admin,
+            plans,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
+            timeout_s=timeout_s,
+        )
+    except BrokerUnavailableError as exc:
+        # say where we looked: the usual cause is a wrong bootstrap address
+        raise BrokerUnavailableError(
+            f"{exc} (bootstrap.servers={config['bootstrap.servers']})",
+            kafka_error=exc.kafka_error,
+        ) from exc
 
 
 def ensure_with(

@@ -47,7 +47,3 @@ class ResetIncompleteError(AdapterError):
     def __init__(self, message: str, result: ResetResult) -> None:
         super().__init__(message)
         self.result = result
-
-
-class MessageNotFoundError(AdapterError):
-    """``msg show`` found no record of the message in the window it scanned."""

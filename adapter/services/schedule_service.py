@@ -1,4 +1,7 @@
-"""Where ``ScheduleService`` used to live; it is :mod:`adapter.services.schedule` now."""
+"""Deprecated: ``ScheduleService`` lives in :mod:`adapter.services.schedule` (or import it from
+:mod:`adapter`).  Importing this module still works and warns once."""
+
+import warnings
 
 from adapter.services.schedule import (
     INVALID_SCHEDULE_ENTRY,
@@ -6,6 +9,12 @@ from adapter.services.schedule import (
     ScheduleService,
     ScheduleServiceOptions,
     ScheduleStats,
+)
+
+warnings.warn(
+    "adapter.services.schedule_service is deprecated: import from adapter.services.schedule",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

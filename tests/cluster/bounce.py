@@ -42,7 +42,7 @@ from adapter import (
 from adapter.constants import HEADER_DUE_MS, PROPERTY_RECONSUME_TIME, PROPERTY_UNIQ_KEY
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.services.schedule_service import DeliveryGuarantee
+from adapter.services.schedule import DeliveryGuarantee
 
 LEVELS = "1s 2s 3s 4s 5s 6s"
 PARTITIONS = 3

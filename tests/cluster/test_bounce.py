@@ -21,7 +21,7 @@ from bounce import Report, Workload
 
 from adapter.core import naming
 from adapter.embedded import EmbeddedKafka
-from adapter.services.schedule_service import DeliveryGuarantee
+from adapter.services.schedule import DeliveryGuarantee
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 

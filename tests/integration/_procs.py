@@ -65,7 +65,7 @@ def _kill_after_forwards(svc: Any, limit: int, when: str) -> None:
     between a produce and the commit that settles it) or, with ``acked``, once the producer's
     queue held records and acknowledgements came back while (exactly-once) the transaction
     is still open (the service's ``running_info()``)."""
-    from adapter.services.schedule_service import DeliveryGuarantee
+    from adapter.services.schedule import DeliveryGuarantee
 
     eos = svc.options.delivery is DeliveryGuarantee.EXACTLY_ONCE
     while svc.stats.forwarded < limit:
@@ -86,7 +86,7 @@ def _kill_after_forwards(svc: Any, limit: int, when: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from adapter.services.schedule_service import (
+    from adapter.services.schedule import (
         DeliveryGuarantee,
         ScheduleService,
     )

@@ -39,7 +39,6 @@ from adapter.analytics.jobs import (
 )
 from adapter.analytics.session import kafka_options
 from adapter.analytics.testing import shared_spark
-from adapter.analytics.trace import KafkaTraceSink
 from adapter.cli import main as cli_main
 from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
@@ -49,7 +48,8 @@ from adapter.core.trace import TraceEvent, TraceStatus
 from adapter.embedded import EmbeddedKafka
 from adapter.errors import AuthenticationError
 from adapter.io.topics import TopicPlan, ensure_topics
-from adapter.services.schedule_service import ScheduleService
+from adapter.io.trace_sink import KafkaTraceSink
+from adapter.services.schedule import ScheduleService
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

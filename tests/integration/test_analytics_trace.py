@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, decode_trace, trace_schema
-from adapter.analytics.trace import KafkaTraceSink
 from adapter.core import naming
 from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.io.avro import TRACE_SCHEMA_HEADER, decode_trace, trace_schema
+from adapter.io.trace_sink import KafkaTraceSink
 
 pytestmark = pytest.mark.integration
 

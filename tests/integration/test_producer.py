@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import socket
 import threading
 import time
@@ -139,7 +140,7 @@ def test_sync_send_returns_result_and_record_carries_properties(
     assert result.topic == topic
     assert result.queue_id == 1
     assert result.queue_offset == 0
-    assert len(result.msg_id) == 32 and int(result.msg_id, 16) >= 0
+    assert re.fullmatch(r"[0-9A-F]{32}", result.msg_id), result.msg_id
 
     [record] = _read(kafka_bootstrap_servers, topic, partitions=2)
     assert (record.partition(), record.offset()) == (result.queue_id, result.queue_offset)

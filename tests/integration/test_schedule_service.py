@@ -41,8 +41,9 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
+from adapter.errors import ClientClosedError
 from adapter.io.topics import plan_topics
-from adapter.services.schedule_service import (
+from adapter.services.schedule import (
     INVALID_SCHEDULE_ENTRY,
     DeliveryGuarantee,
     ScheduleService,
@@ -146,16 +147,29 @@ class Harness:
             naming.schedule_topic(level, DelayLevels.parse(levels), self.namespace)
         )
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Stop everything; what went wrong in a client's loop or its shutdown, as text (a
+        service stopped by the test itself is not an error)."""
+        errors: list[str] = []
         for proc in self.procs:
             with contextlib.suppress(Exception):
                 proc.close()
         for svc in self.services:
-            with contextlib.suppress(Exception):
+            try:
+                svc.check_alive()  # the one place a dead service loop surfaces
+            except ClientClosedError:
+                pass  # the test shut it down
+            except Exception as exc:
+                errors.append(f"{svc.group}: loop died: {exc!r}")
+            try:
                 svc.shutdown(15)
+            except Exception as exc:
+                errors.append(f"{svc.group}: shutdown failed: {exc!r}")
         for p in self.producers:
-            with contextlib.suppress(Exception):
+            try:
                 p.shutdown(5)
+            except Exception as exc:
+                errors.append(f"producer: shutdown failed: {exc!r}")
         for c in self.collectors:
             with contextlib.suppress(Exception):
                 c.close()
@@ -174,6 +188,7 @@ class Harness:
             for fut in futures.values():
                 with contextlib.suppress(Exception):
                     fut.result(timeout=15)
+        return errors
 
 
 @pytest.fixture
@@ -182,7 +197,8 @@ def h(conf: dict[str, Any], namespace: str) -> Iterator[Harness]:
     try:
         yield harness
     finally:
-        harness.close()
+        errors = harness.close()
+    assert not errors, "\n".join(errors)
 
 
 def assert_on_time(

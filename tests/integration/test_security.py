@@ -177,7 +177,7 @@ def test_a_principal_that_may_write_the_dlq_but_not_read_it(sasl_broker: Embedde
             time.sleep(0.5)
     assert result.topic == naming.dlq_topic(group)
     # reading is not: a clear authorization error, never a silently empty list
-    with pytest.raises(Exception) as info:
+    with pytest.raises(AuthenticationError) as info:
         read_dlq(writer, group, timeout_s=5)
     assert "authoriz" in str(info.value).lower() or "not allowed" in str(info.value).lower()
     # the super user still sees the entry

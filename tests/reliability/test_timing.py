@@ -31,7 +31,7 @@ from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, 
 from adapter.constants import HEADER_DUE_MS, PROPERTY_REAL_TOPIC, PROPERTY_UNIQ_KEY
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.services.schedule_service import DeliveryGuarantee
+from adapter.services.schedule import DeliveryGuarantee
 
 try:
     from rel_common import (

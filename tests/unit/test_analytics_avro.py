@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.analytics import schemas
-from adapter.analytics.schemas import (
+from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.io import avro as schemas
+from adapter.io.avro import (
     TRACE_SCHEMA_HEADER,
     AvroSchema,
     check_evolution,
@@ -25,7 +26,6 @@ from adapter.analytics.schemas import (
     trace_record,
     trace_schema,
 )
-from adapter.core.trace import TraceEvent, TraceStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 

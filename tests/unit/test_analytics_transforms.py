@@ -15,11 +15,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from adapter.analytics import schemas, transforms
+from adapter.analytics import transforms
 from adapter.analytics.jobs import KAFKA_SOURCE_SCHEMA
-from adapter.analytics.schemas import TRACE_SCHEMA_HEADER, encode, encode_trace, trace_schema
 from adapter.analytics.testing import shared_spark
 from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.io import avro as schemas
+from adapter.io.avro import TRACE_SCHEMA_HEADER, encode, encode_trace, trace_schema
 
 pytestmark = pytest.mark.spark
 

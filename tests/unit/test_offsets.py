@@ -1,9 +1,10 @@
-"""Unit tests for :mod:`adapter.core.offsets`: committable offsets and flow-control figures."""
+"""The committable offset of a partition (the engine's ``PartitionState``) and the flow-control
+limits (:mod:`adapter.core.offsets`)."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -18,155 +19,10 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
 )
-from adapter.core.offsets import FlowLimits, PartitionTracker
+from adapter.core.engine.tracking import PartitionState, Work
+from adapter.core.offsets import FlowLimits
 
 pytestmark = pytest.mark.unit
-
-
-def tracker_with(*offsets: int, size: int = 0, start: int | None = None) -> PartitionTracker:
-    t = PartitionTracker(start)
-    for o in offsets:
-        t.add(o, size)
-    return t
-
-
-class TestCommittable:
-    def test_nothing_seen(self) -> None:
-        t = PartitionTracker()
-        assert t.committable() is None
-        assert t.take_commit() is None
-        assert t.count == 0
-        assert t.span == 0
-        assert t.bytes == 0
-
-    def test_start_offset_without_messages(self) -> None:
-        t = PartitionTracker(start_offset=42)
-        assert t.committable() == 42
-
-    def test_smallest_in_flight(self) -> None:
-        t = tracker_with(10, 11, 12)
-        assert t.committable() == 10
-
-    def test_next_when_none_in_flight(self) -> None:
-        t = tracker_with(10, 11, 12)
-        for o in (10, 11, 12):
-            assert t.settle(o)
-        assert t.committable() == 13
-
-    def test_settle_out_of_order(self) -> None:
-        t = tracker_with(10, 11, 12, 13)
-        assert t.settle(12)
-        assert t.committable() == 10  # 10 still in flight
-        assert t.settle(11)
-        assert t.committable() == 10
-        assert t.settle(10)
-        assert t.committable() == 13  # 11 and 12 were done already
-        assert t.settle(13)
-        assert t.committable() == 14
-
-    def test_gaps_in_offsets(self) -> None:
-        # compacted topics / transaction markers leave gaps
-        t = tracker_with(5, 9, 20)
-        assert t.settle(5)
-        assert t.committable() == 9
-        assert t.settle(9)
-        assert t.settle(20)
-        assert t.committable() == 21
-
-    def test_settle_twice_or_unknown(self) -> None:
-        t = tracker_with(1, 2)
-        assert t.settle(1) is True
-        assert t.settle(1) is False
-        assert t.settle(99) is False
-        assert t.count == 1
-        assert t.committable() == 2
-
-    def test_is_inflight(self) -> None:
-        t = tracker_with(1, 2)
-        assert t.is_inflight(1)
-        t.settle(1)
-        assert not t.is_inflight(1)
-        assert t.is_inflight(2)
-        assert not t.is_inflight(3)
-
-    def test_refetch_below_next_is_ignored(self) -> None:
-        t = tracker_with(10, 11)
-        t.settle(10)
-        t.add(10, 100)  # a re-fetch after a seek back
-        assert not t.is_inflight(10)
-        assert t.count == 1
-        assert t.bytes == 0
-        assert t.committable() == 11
-
-    def test_add_below_start_offset_ignored(self) -> None:
-        t = PartitionTracker(start_offset=50)
-        t.add(49)
-        assert t.count == 0
-        assert t.committable() == 50
-
-    def test_never_moves_backward_after_mark_committed(self) -> None:
-        t = tracker_with(10, 11)
-        t.mark_committed(20)
-        assert t.committable() == 20
-        t.mark_committed(15)  # lower: ignored
-        assert t.committable() == 20
-        assert t.take_commit() is None
-
-    def test_never_moves_backward_after_take_commit(self) -> None:
-        t = tracker_with(10)
-        t.settle(10)
-        assert t.take_commit() == 11
-        t.add(5)  # ignored, below next
-        assert t.committable() == 11
-
-
-class TestTakeCommit:
-    def test_only_moved_offsets(self) -> None:
-        t = tracker_with(0, 1, 2)
-        assert t.take_commit() == 0
-        assert t.take_commit() is None  # unchanged
-        t.settle(1)
-        assert t.take_commit() is None  # 0 still in flight
-        t.settle(0)
-        assert t.take_commit() == 2
-        assert t.take_commit() is None
-        t.settle(2)
-        assert t.take_commit() == 3
-        t.add(3)
-        assert t.take_commit() is None  # 3 in flight: committable stays 3
-        t.settle(3)
-        assert t.take_commit() == 4
-
-    def test_mark_committed_suppresses_same_offset(self) -> None:
-        t = tracker_with(0)
-        t.settle(0)
-        t.mark_committed(1)
-        assert t.take_commit() is None
-
-    def test_start_offset_is_taken_once(self) -> None:
-        t = PartitionTracker(start_offset=7)
-        assert t.take_commit() == 7
-        assert t.take_commit() is None
-
-
-class TestFigures:
-    def test_bytes_count_span(self) -> None:
-        t = PartitionTracker()
-        t.add(100, 10)
-        t.add(101, 20)
-        t.add(150, 30)
-        assert t.count == 3
-        assert t.bytes == 60
-        assert t.span == 50
-        t.settle(101)
-        assert (t.count, t.bytes, t.span) == (2, 40, 50)
-        t.settle(100)
-        assert (t.count, t.bytes, t.span) == (1, 30, 0)
-        t.settle(150)
-        assert (t.count, t.bytes, t.span) == (0, 0, 0)
-
-    def test_single_in_flight_has_zero_span(self) -> None:
-        assert tracker_with(5).span == 0
 
 
 class TestFlowLimits:
@@ -178,58 +34,28 @@ class TestFlowLimits:
 
     def test_within_limits(self) -> None:
         limits = FlowLimits(max_count=3, max_bytes=100, max_span=10)
-        assert limits.exceeded(PartitionTracker()) is None
-        assert limits.exceeded(tracker_with(0, 1, 2, size=33)) is None  # all at the limit or below
+        assert limits.reason(0, 0, 0) is None
+        assert limits.reason(3, 100, 10) is None  # all at the limit: == is not >
 
-    def test_count(self) -> None:
-        limits = FlowLimits(max_count=3, max_bytes=10**9, max_span=10**9)
-        t = tracker_with(0, 1, 2)
-        assert limits.exceeded(t) is None  # == is not >
-        t.add(3)
-        reason = limits.exceeded(t)
-        assert reason is not None
-        assert "4 messages" in reason
-        t.settle(3)
-        assert limits.exceeded(t) is None
-
-    def test_bytes(self) -> None:
-        limits = FlowLimits(max_count=10**9, max_bytes=100, max_span=10**9)
-        t = tracker_with(0, size=100)
-        assert limits.exceeded(t) is None
-        t.add(1, 1)
-        reason = limits.exceeded(t)
-        assert reason is not None
-        assert "101 bytes" in reason
-
-    def test_span(self) -> None:
-        limits = FlowLimits(max_count=10**9, max_bytes=10**9, max_span=10)
-        t = tracker_with(0, 10)
-        assert limits.exceeded(t) is None
-        t.add(11)
-        reason = limits.exceeded(t)
-        assert reason is not None
-        assert "span 11" in reason
-        t.settle(0)
-        assert limits.exceeded(t) is None  # the head left: span is 1 now
+    @pytest.mark.parametrize(
+        ("count", "nbytes", "span", "says"),
+        [
+            (4, 0, 0, "4 messages in flight > 3"),
+            (0, 101, 0, "101 bytes in flight > 100"),
+            (0, 0, 11, "in-flight offset span 11 > 10"),
+        ],
+    )
+    def test_each_limit_names_itself(self, count: int, nbytes: int, span: int, says: str) -> None:
+        assert (
+            FlowLimits(max_count=3, max_bytes=100, max_span=10).reason(count, nbytes, span) == says
+        )
 
     def test_default_limits(self) -> None:
         limits = FlowLimits()
-        t = PartitionTracker()
-        for o in range(1000):
-            t.add(o)
-        assert limits.exceeded(t) is None
-        t.add(1000)
-        assert limits.exceeded(t) is not None  # 1001 messages
-
-        big = tracker_with(0, size=100 * 1024 * 1024)
-        assert limits.exceeded(big) is None
-        big.add(1, 1)
-        assert limits.exceeded(big) is not None
-
-        spread = tracker_with(0, 2000)
-        assert limits.exceeded(spread) is None
-        spread.add(2001)
-        assert limits.exceeded(spread) is not None
+        assert limits.reason(1000, 100 * 1024 * 1024, 2000) is None
+        assert limits.reason(1001, 0, 0) is not None
+        assert limits.reason(0, 100 * 1024 * 1024 + 1, 0) is not None
+        assert limits.reason(0, 0, 2001) is not None
 
     @pytest.mark.parametrize(
         ("count", "nbytes", "span", "below"),
@@ -248,120 +74,96 @@ class TestFlowLimits:
         assert limits.below_half(count, nbytes, span) is below
 
 
-# --- properties ---------------------------------------------------------------------------
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(min_value=1, max_value=3), st.integers(0, 50)),
-        st.tuples(st.just("settle"), st.integers(min_value=0, max_value=10**6), st.just(0)),
-        st.tuples(st.just("take"), st.just(0), st.just(0)),
-    ),
-    max_size=80,
-)
+# --- the engine's per-partition offsets (PartitionState over fetched runs) -----------------
+class _Msg:
+    __slots__ = ("queue_offset",)
+
+    def __init__(self, offset: int) -> None:
+        self.queue_offset = offset
 
 
-@given(st.one_of(st.none(), st.integers(min_value=0, max_value=100)), ops)
-@settings(max_examples=200)
-def test_committable_bounded_and_monotonic(
-    start: int | None, program: list[tuple[str, int, int]]
-) -> None:
-    t = PartitionTracker(start)
-    inflight: dict[int, int] = {}
-    next_offset = start if start is not None else 0
-    last: int | None = None
-    seen = start is not None
-    for op, a, b in program:
-        if op == "add":
-            offset = next_offset + a - 1  # gaps of 0..2
-            t.add(offset, b)
-            inflight[offset] = b
-            next_offset = offset + 1
-            seen = True
-        elif op == "settle" and inflight:
-            victim = sorted(inflight)[a % len(inflight)]
-            assert t.settle(victim)
-            del inflight[victim]
-        elif op == "take":
-            before = t.committable()
-            taken = t.take_commit()
-            assert taken is None or taken == before
-        committable = t.committable()
-        if inflight:
-            assert committable == min(inflight)
-        elif seen:
-            assert committable == next_offset
-        else:
-            assert committable is None
-        if committable is not None:
-            assert all(committable <= o for o in inflight)
-        if last is not None:
-            assert committable is not None
-            assert committable >= last
-        last = committable
-        assert t.count == len(inflight)
-        assert t.bytes == sum(inflight.values())
-        assert t.span == (max(inflight) - min(inflight) if inflight else 0)
-
-
-class TrackerMachine(RuleBasedStateMachine):
-    """Random add/settle/commit sequences against a simple model."""
+class PartitionStateMachine(RuleBasedStateMachine):
+    """Fetched runs, batches completing in any order, failed messages held until their copy is
+    acknowledged, commits taken: against a model, the set of offsets in flight."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.tracker = PartitionTracker()
+        self.state = PartitionState(("t", 0), 1)
+        self.works: list[Work] = []
         self.inflight: set[int] = set()
+        self.held: dict[int, Work] = {}
         self.next = 0
         self.last_committable: int | None = None
         self.last_taken: int | None = None
 
     @initialize(start=st.integers(min_value=0, max_value=1000))
     def start(self, start: int) -> None:
-        self.tracker = PartitionTracker(start)
         self.next = start
+        self.state.advance(start)
 
-    @rule(gap=st.integers(min_value=0, max_value=3), size=st.integers(min_value=0, max_value=99))
-    def add(self, gap: int, size: int) -> None:
-        offset = self.next + gap
-        self.tracker.add(offset, size)
-        self.inflight.add(offset)
-        self.next = offset + 1
+    @rule(
+        n=st.integers(min_value=1, max_value=7),
+        size=st.integers(min_value=1, max_value=3),
+        gap=st.integers(min_value=0, max_value=2),
+    )
+    def fetch(self, n: int, size: int, gap: int) -> None:
+        first = self.next + gap  # compacted or transaction-marker offsets leave gaps
+        msgs = [_Msg(first + i) for i in range(n)]
+        work = Work(("t", 0), 1, msgs, size, first + n)
+        self.state.add(work)
+        self.state.advance(first + n)
+        self.works.append(work)
+        self.inflight.update(first + i for i in range(n))
+        self.next = first + n
 
-    @rule(back=st.integers(min_value=1, max_value=5))
-    def refetch(self, back: int) -> None:
-        self.tracker.add(self.next - back)  # below next: ignored
+    @precondition(lambda self: any(w.left for w in self.works))
+    @rule(pick=st.integers(min_value=0), fail=st.sets(st.integers(0, 2)))
+    def complete(self, pick: int, fail: set[int]) -> None:
+        open_batches = [
+            (w, i) for w in self.works for i in range(w.nbatches) if not (w.done and w.done[i])
+        ]
+        work, index = open_batches[pick % len(open_batches)]
+        batch = work.batch(index)
+        for j, m in enumerate(batch):
+            if j in fail:  # its copy goes out: the offset stays in flight until acknowledged
+                work.hold(m.queue_offset, "send-back")
+                self.held[m.queue_offset] = work
+            else:
+                self.inflight.discard(m.queue_offset)
+        assert work.mark_done(index)
+        assert not work.mark_done(index)  # twice is refused
 
-    @precondition(lambda self: bool(self.inflight))
+    @precondition(lambda self: bool(self.held))
     @rule(pick=st.integers(min_value=0))
-    def settle(self, pick: int) -> None:
-        offset = sorted(self.inflight)[pick % len(self.inflight)]
-        assert self.tracker.settle(offset)
+    def acknowledge(self, pick: int) -> None:
+        offset = sorted(self.held)[pick % len(self.held)]
+        work = self.held.pop(offset)
+        assert not work.release(offset, "someone else")
+        assert work.release(offset, "send-back")
+        assert not work.release(offset)
         self.inflight.discard(offset)
-
-    @rule(offset=st.integers(min_value=0, max_value=2000))
-    def settle_unknown(self, offset: int) -> None:
-        if offset not in self.inflight:
-            assert not self.tracker.settle(offset)
 
     @rule()
     def take(self) -> None:
-        taken = self.tracker.take_commit()
+        taken = self.state.take_commit()
         if taken is not None:
             assert self.last_taken is None or taken > self.last_taken
             self.last_taken = taken
 
     @invariant()
-    def committable_is_safe_and_monotonic(self) -> None:
-        c = self.tracker.committable()
-        assert c is not None
-        assert all(c <= o for o in self.inflight)
+    def committable_is_the_smallest_offset_in_flight(self) -> None:
+        c = self.state.committable()
         assert c == (min(self.inflight) if self.inflight else self.next)
         if self.last_committable is not None:
             assert c >= self.last_committable
         self.last_committable = c
 
     @invariant()
-    def count_matches(self) -> None:
-        assert self.tracker.count == len(self.inflight)
+    def running_while_a_batch_is_open(self) -> None:
+        assert self.state.running() == any(w.left for w in self.works)
 
 
-TrackerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-TestTrackerMachine = TrackerMachine.TestCase
+PartitionStateMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=40, deadline=None
+)
+TestPartitionStateMachine = PartitionStateMachine.TestCase

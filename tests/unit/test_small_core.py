@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from adapter.analytics.schemas import decode_trace
 from adapter.clients.producer import ProducerOptions
 from adapter.clients.push_consumer import ConsumerOptions
 from adapter.core import naming
@@ -18,6 +17,7 @@ from adapter.core.ids import MessageIdGenerator
 from adapter.core.stats import Reservoir, percentile
 from adapter.embedded.broker import EmbeddedKafka
 from adapter.errors import AdapterError, ConfigError, InvalidInputError, TopicNameError
+from adapter.io.avro import decode_trace
 from adapter.io.config import admin_config, build_options, check_kafka_config, producer_config
 
 pytestmark = pytest.mark.unit
@@ -264,3 +264,15 @@ def test_typed_options_name_exactly_the_validated_options(typed: str, validated:
     keys = set(typing.get_type_hints(getattr(module, typed_name)))
     fields = {f.name for f in dataclasses.fields(getattr(module, validated))}
     assert keys == fields, (sorted(keys - fields), sorted(fields - keys))
+
+
+def test_old_schedule_service_module_still_imports_and_warns() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("adapter.services.schedule_service", None)
+    with pytest.warns(DeprecationWarning, match="adapter.services.schedule"):
+        old = importlib.import_module("adapter.services.schedule_service")
+    from adapter.services.schedule import ScheduleService
+
+    assert old.ScheduleService is ScheduleService

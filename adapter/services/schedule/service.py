@@ -315,7 +315,7 @@ class ScheduleService:
             opts.metrics_port is None and opts.metrics_registry is None
         ):
             return
-        from adapter.ops.metrics import ScheduleCollector, expose  # on use
+        from adapter.io.metrics import ScheduleCollector, expose  # on use
 
         handler = self._handler
         self._metrics = expose(
