@@ -1,13 +1,23 @@
-"""Dead-letter operations: list a group's DLQ and send entries back for consumption."""
+"""Dead-letter operations: list a group's DLQ and send entries back for consumption.
+
+A redrive is resumable and idempotent: once the broker acknowledged an entry's copy, the
+entry's offset is committed for the DLQ's *redrive group* (``rmq-dlq-redrive.<group>``), and
+later redrives skip what lies below that mark (``again=True`` sends such entries anyway, on
+purpose).  An entry that was not sent (refused, or its omitted body gone) holds the mark of its
+partition where it is, so a later run tries it again.  :func:`read_dlq` says of each entry
+whether it was redriven.  Two redrives of one DLQ at the same moment are not coordinated.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import tenacity
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 
@@ -31,22 +41,33 @@ from adapter.errors import (
     MalformedHeaderError,
 )
 from adapter.io.config import check_kafka_config, producer_config
-from adapter.io.errors import AUTH_CODES, is_too_large, make_client, send_error
+from adapter.io.errors import AUTH_CODES, client_error, is_too_large, make_client, send_error
 from adapter.io.polling import watermarks
+
+log = logging.getLogger("adapter.dlq")
+
+REDRIVE_GROUP_PREFIX = "rmq-dlq-redrive."
+
+
+def redrive_group(group: str) -> str:
+    """The consumer group whose committed offsets on ``%DLQ%<group>`` mark what was redriven."""
+    return f"{REDRIVE_GROUP_PREFIX}{group}"
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterEntry:
-    """One DLQ record, decoded, with where it came from and why it failed."""
+    """One DLQ record, decoded, with where it came from and why it failed.  ``redriven``:
+    whether a redrive already sent it back (``None`` when the marks could not be read)."""
 
     message: MessageExt
     origin_topic: str | None
     reason: str | None
     failure_type: str | None
     failure_message: str | None
+    redriven: bool | None = False
 
     @classmethod
-    def of(cls, msg: MessageExt) -> DeadLetterEntry:
+    def of(cls, msg: MessageExt, redriven: bool | None = False) -> DeadLetterEntry:
         p = msg.properties
         return cls(
             msg,
@@ -54,6 +75,7 @@ class DeadLetterEntry:
             p.get(HEADER_DLQ_REASON),
             p.get(HEADER_FAILURE_TYPE),
             p.get(HEADER_FAILURE_MESSAGE),
+            redriven,
         )
 
     @property
@@ -62,11 +84,15 @@ class DeadLetterEntry:
         return OmittedBody.of(self.message.properties)
 
 
-def _reader(config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Any:
+def _reader(
+    config: Mapping[str, Any], extra: Mapping[str, Any] | None = None, *, group: str | None = None
+) -> Any:
+    """A consumer that reads by assignment and never commits on its own (``group``: the group
+    whose committed offsets it reads or writes, else a throwaway one)."""
     conf = dict(check_kafka_config(config, "dlq reader"))
     conf.update(
         {
-            "group.id": f"rmq-dlq-reader-{uuid.uuid4().hex}",
+            "group.id": group or f"rmq-dlq-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             **(extra or {}),
@@ -90,7 +116,7 @@ def read_dlq(
     """Every entry of ``%DLQ%<group>`` from the beginning (bounded by ``limit``); reads only.
     ``progress(entries read, entries in the DLQ)`` is called as it goes."""
     kafka_topic = naming.to_kafka(naming.dlq_topic(group))
-    consumer = _reader(config)
+    consumer = _reader(config, group=redrive_group(group))
     try:
         md = consumer.list_topics(topic=kafka_topic, timeout=timeout_s)
         tmd = md.topics.get(kafka_topic)
@@ -114,6 +140,7 @@ def read_dlq(
         if not ends:
             return []
         consumer.assign([tp for tp in parts if tp.partition in ends])
+        marks = _marks(consumer, kafka_topic, sorted(ends), timeout_s)
         out: list[DeadLetterEntry] = []
         done: set[int] = set()
         while len(done) < len(ends) and (limit is None or len(out) < limit):
@@ -140,7 +167,8 @@ def read_dlq(
                 headers=kmsg.headers(),
                 timestamp_ms=ts if ts_type else None,
             )
-            out.append(DeadLetterEntry.of(msg))
+            mark = None if marks is None else marks.get(kmsg.partition(), 0)
+            out.append(DeadLetterEntry.of(msg, None if mark is None else kmsg.offset() < mark))
             if progress is not None:
                 progress(min(len(out), total), total)
             if kmsg.offset() + 1 >= ends[kmsg.partition()]:
@@ -157,11 +185,14 @@ Problem = tuple[str, str, str]
 @dataclass(frozen=True, slots=True)
 class RedriveResult:
     """What :func:`redrive` did: how many entries the broker acknowledged, which were skipped
-    (body gone, with ``skip_missing_bodies``) and which the broker refused."""
+    (body gone, with ``skip_missing_bodies``), which the broker refused and how many an
+    earlier redrive had sent already."""
 
     sent: int
     skipped: tuple[Problem, ...] = ()
     failed: tuple[Problem, ...] = ()
+    #: entries not sent because an earlier redrive had (``again=True`` sends them)
+    already: int = 0
 
 
 class RedriveError(AdapterError):
@@ -183,6 +214,7 @@ def redrive(
     *,
     to_origin: bool = False,
     skip_missing_bodies: bool = False,
+    again: bool = False,
     timeout_s: float = 30.0,
     progress: Progress | None = None,
 ) -> RedriveResult:
@@ -200,7 +232,116 @@ def redrive(
     ``RedriveResult.skipped``.  An empty body is never sent in place of an omitted one.
     Entries the broker refuses raise :class:`RedriveError` once every other entry is sent.
     ``progress(entries acknowledged, entries to send)`` is called as the broker acknowledges.
+
+    Entries below the redrive group's mark were redriven before and are skipped (counted in
+    ``RedriveResult.already``) unless ``again``; once sent, the marks move past what the broker
+    acknowledged (never backwards).
     """
+    kafka_dlq = naming.to_kafka(naming.dlq_topic(group))
+    marker = _reader(config, group=redrive_group(group))
+    try:
+        partitions = sorted({e.message.queue_id for e in entries})
+        marks = _marks(marker, kafka_dlq, partitions, timeout_s)
+        if marks is None:
+            raise AuthenticationError(
+                f"cannot read the redrive marks of %DLQ%{group} (consumer group "
+                f"{redrive_group(group)!r}): grant it READ, or redrive with again=True / --all"
+            )
+        fresh = [
+            e
+            for e in entries
+            if again or e.message.queue_offset >= marks.get(e.message.queue_id, 0)
+        ]
+        result = _redrive(
+            config,
+            group,
+            fresh,
+            to_origin=to_origin,
+            skip_missing_bodies=skip_missing_bodies,
+            timeout_s=timeout_s,
+            progress=progress,
+        )
+        result = RedriveResult(
+            result.sent, result.skipped, result.failed, already=len(entries) - len(fresh)
+        )
+        moved = redrive_marks(fresh, result, marks)
+        if moved:
+            _commit_marks(marker, kafka_dlq, moved)
+    finally:
+        marker.close()
+    if result.failed:
+        raise RedriveError(result)
+    return result
+
+
+def redrive_marks(
+    entries: list[DeadLetterEntry], result: RedriveResult, marks: Mapping[int, int]
+) -> dict[int, int]:
+    """Where each partition's redrive mark moves after ``entries`` were sent: past every entry
+    in offset order up to the first one not sent (refused or skipped), and never backwards;
+    nothing moves when the broker left some sends unanswered.  Pure."""
+    if any(msg_id == "?" for msg_id, _, _ in result.failed):
+        return {}
+    not_sent = {msg_id for msg_id, _, _ in (*result.failed, *result.skipped)}
+    by_partition: dict[int, list[DeadLetterEntry]] = {}
+    for e in entries:
+        by_partition.setdefault(e.message.queue_id, []).append(e)
+    moved: dict[int, int] = {}
+    for partition, group_entries in by_partition.items():
+        mark = None
+        for e in sorted(group_entries, key=lambda e: e.message.queue_offset):
+            if e.message.msg_id in not_sent:
+                break
+            mark = e.message.queue_offset + 1
+        if mark is not None and mark > marks.get(partition, 0):
+            moved[partition] = mark
+    return moved
+
+
+def _marks(
+    consumer: Any, kafka_topic: str, partitions: list[int], timeout_s: float
+) -> dict[int, int] | None:
+    """The redrive group's committed offsets (0 where none); ``None`` when not readable."""
+    if not partitions:
+        return {}
+    retrying = tenacity.Retrying(  # a new group's coordinator may still be loading
+        stop=tenacity.stop_after_attempt(5),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=2.0),
+        retry=tenacity.retry_if_exception_type(KafkaException),
+        reraise=True,
+    )
+    try:
+        committed = retrying(
+            consumer.committed,
+            [TopicPartition(kafka_topic, p) for p in partitions],
+            timeout=timeout_s,
+        )
+    except KafkaException as exc:
+        log.warning("redrive marks of %s not readable: %s", kafka_topic, exc)
+        return None
+    return {tp.partition: max(tp.offset, 0) for tp in committed}
+
+
+def _commit_marks(consumer: Any, kafka_topic: str, moved: Mapping[int, int]) -> None:
+    offsets = [TopicPartition(kafka_topic, p, o) for p, o in sorted(moved.items())]
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:  # sent but not marked: a later redrive sends them again
+        raise client_error(
+            exc, what=f"marking {sum(1 for _ in offsets)} partition(s) of {kafka_topic} redriven"
+        ) from exc
+
+
+def _redrive(
+    config: Mapping[str, Any],
+    group: str,
+    entries: list[DeadLetterEntry],
+    *,
+    to_origin: bool,
+    skip_missing_bodies: bool,
+    timeout_s: float,
+    progress: Progress | None,
+) -> RedriveResult:
     bodies, missing = _bodies(config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s)
     if missing and not skip_missing_bodies:
         raise DeadLetterBodyError(missing)
@@ -228,10 +369,7 @@ def redrive(
         n, why, _ = _send(producer, [one], timeout_s, alone=True, progress=report)
         sent += n
         failed.extend(why)
-    result = RedriveResult(sent, tuple(missing), tuple(failed))
-    if failed:
-        raise RedriveError(result)
-    return result
+    return RedriveResult(sent, tuple(missing), tuple(failed))
 
 
 Record = tuple[str, str, dict[str, Any]]

@@ -988,6 +988,53 @@ def test_every_command_fails_with_one_clear_line(
     assert time.monotonic() - started < 30
 
 
+def test_dlq_redrive_twice_sends_each_dead_letter_once(bootstrap: str, kafka_group_id: str) -> None:
+    """A redrive marks what it sent (the DLQ's redrive group); a second one sends nothing new,
+    the list says which were redriven, and again=True redrives on purpose."""
+    group = kafka_group_id
+    conf = {"bootstrap.servers": bootstrap}
+    ensure_topics(conf, plan_topics(groups=[group], partitions=2, include_schedule=False))
+    dlq = naming.to_kafka(naming.dlq_topic(group))
+    retry = naming.to_kafka(naming.retry_topic(group))
+
+    def retry_count() -> int:
+        admin = AdminClient(conf)
+        md = admin.list_topics(retry, timeout=10)
+        probe = Consumer({**conf, "group.id": f"probe-{uuid.uuid4().hex}"})
+        try:
+            return sum(
+                probe.get_watermark_offsets(TopicPartition(retry, p), timeout=10)[1]
+                for p in md.topics[retry].partitions
+            )
+        finally:
+            probe.close()
+
+    headers = [{"UNIQ_KEY": f"d{i}", "DLQ_ORIGIN_TOPIC": "orders"} for i in range(6)]
+    produce(bootstrap, [(dlq, i % 2, h, None) for i, h in enumerate(headers)])
+    entries = read_dlq(conf, group)
+    assert [e.redriven for e in entries] == [False] * 6
+    first = redrive(conf, group, entries)
+    assert (first.sent, first.already) == (6, 0)
+    assert retry_count() == 6
+
+    # run again, with the same list or a fresh read: nothing is sent twice
+    again = redrive(conf, group, entries)
+    assert (again.sent, again.already) == (0, 6)
+    assert redrive(conf, group, read_dlq(conf, group)).sent == 0
+    assert retry_count() == 6
+    assert [e.redriven for e in read_dlq(conf, group)] == [True] * 6
+
+    # new dead letters: only they go
+    produce(bootstrap, [(dlq, 0, {"UNIQ_KEY": "d6", "DLQ_ORIGIN_TOPIC": "orders"}, None)])
+    later = redrive(conf, group, read_dlq(conf, group))
+    assert (later.sent, later.already) == (1, 6)
+    assert retry_count() == 7
+
+    # on purpose: everything again
+    assert redrive(conf, group, read_dlq(conf, group), again=True).sent == 7
+    assert retry_count() == 14
+
+
 def test_dlq_read_and_redrive_report_progress(bootstrap: str, kafka_group_id: str) -> None:
     group = kafka_group_id
     conf = {"bootstrap.servers": bootstrap}

@@ -240,7 +240,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     # refused one is named
     set_topic_config(kafka_bootstrap_servers, [retry], "max.message.bytes", "2000")
     with pytest.raises(RedriveError) as refused:
-        redrive(conf, group, entries)
+        redrive(conf, group, entries, again=True)
     assert refused.value.result.sent == 1
     [(msg_id, _, why)] = refused.value.result.failed
     assert msg_id == large.message.msg_id and "too large" in why, why
@@ -250,7 +250,7 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
     admin = AdminClient(conf)  # kept: a collected client never completes its futures
     admin.delete_records([gone])[gone].result(timeout=10)
     with pytest.raises(DeadLetterBodyError) as info:
-        redrive(conf, group, entries)
+        redrive(conf, group, entries, again=True)
     [(msg_id, where, why)] = info.value.missing
     assert msg_id == large.message.msg_id and where == f"{topic}[0]@0"
     assert "no longer there" in why and large.message.msg_id in str(info.value)
