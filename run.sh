@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
-export RMQ_KAFKA_HOME="${RMQ_KAFKA_HOME:-$ROOT/.cache/rmq-kafka}"
+# one home for the jars and the embedded brokers, shared with the rmq-kafka CLI
+export RMQ_KAFKA_HOME="${RMQ_KAFKA_HOME:-$HOME/.cache/rmq-kafka}"
 PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 
