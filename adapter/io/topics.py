@@ -252,7 +252,7 @@ def ensure_topics(
     except BrokerUnavailableError as exc:
         # say where we looked: the usual cause is a wrong bootstrap address
         raise BrokerUnavailableError(
-            f"{exc} (bootstrap.servers={config['bootstrap.servers']})",
+            f"cannot reach any broker at {config['bootstrap.servers']} ({exc})",
             kafka_error=exc.kafka_error,
         ) from exc
 
