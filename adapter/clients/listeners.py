@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from adapter.clients.failure_log import FailureLog
 from adapter.core.engine import ConcurrentEngine, Work
 from adapter.core.engine.actions import TraceInfo
 from adapter.core.listener import (
@@ -29,7 +30,7 @@ from adapter.core.listener import (
     judge,
 )
 from adapter.core.message import start_consuming
-from adapter.core.routing import ConsumeConcurrentlyStatus
+from adapter.core.routing import ConsumeConcurrentlyStatus, ack_index_clamped
 from adapter.core.trace import TraceStatus
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class ConcurrentRunner:
         self._queues: dict[tuple[str, int], MessageQueue] = {}
         self._timeout = engine.options.consume_timeout_s
         self._clock = group.clock
+        self._failures = FailureLog(log, group.name, group.clock.monotonic)
 
     # -- Runner ----------------------------------------------------------------------------
     @property
@@ -183,8 +185,12 @@ class ConcurrentRunner:
 
     def _judge(self, result: Any, ctx: ConsumeConcurrentlyContext, size: int) -> Outcome | None:
         outcome = judge(result, ctx, size)
+        clamped = ack_index_clamped(ctx.ack_index, size)
+        if clamped is not None:
+            self._failures.report(clamped)
         if outcome is not None and outcome.problem is not None:
-            log.warning("%s: %s", self._group.name, outcome.problem)
+            exc = result if isinstance(result, BaseException) else None
+            self._failures.report(outcome.problem, exc)
         return outcome
 
     def _account(  # noqa: PLR0917

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapter.clients.failure_log import FailureLog
 from adapter.clients.listeners import WorkerPool
 from adapter.core.codec import Failure
 from adapter.core.engine import Work
@@ -82,6 +83,7 @@ class OrderlyRunner:
         self._timeout = engine.options.consume_timeout_s
         self._default_ms = engine.orderly.suspend_ms
         self._clock = group.clock
+        self._failures = FailureLog(log, group.name, group.clock.monotonic)
         self._next: deque[OrderlyWork] = deque()  # runs to start (no recursion on chains)
         self._starting = False
 
@@ -263,7 +265,8 @@ class OrderlyRunner:
                 self._timeout,
             )
         elif problem is not None:
-            log.warning("%s: %s", group.name, problem)
+            result = verdict.result
+            self._failures.report(problem, result if isinstance(result, BaseException) else None)
 
     def _trace_successes(self, work: OrderlyWork, ok: int, rt_ms: float) -> None:
         group = self._group

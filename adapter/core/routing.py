@@ -86,6 +86,19 @@ def split_batch(status: object, ack_index: int | None, size: int) -> BatchOutcom
     return BatchOutcome(range(last + 1), range(last + 1, size))
 
 
+def ack_index_clamped(ack_index: object, size: int) -> str | None:
+    """What to warn about when ``ack_index`` lies outside ``-1 .. size - 1`` (it is clamped
+    into that range, as RocketMQ clamps an index past the end); ``None`` when it is inside,
+    unset, or not an int (that case is an error of its own)."""
+    if not isinstance(ack_index, int) or isinstance(ack_index, bool) or -1 <= ack_index < size:
+        return None
+    clamped = size - 1 if ack_index >= size else -1
+    return (
+        f"context.ack_index={ack_index} is outside -1..{size - 1} for a batch of {size}; "
+        f"clamped to {clamped}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RetryLater:
     """Send the message to the delay topic of ``level``; it returns after ``delay_ms``."""

@@ -3,12 +3,21 @@ and each test failed before its fix."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
+from typing import Any
 
 import pytest
 
-from adapter import BrokerUnavailableError, PushConsumer
+from adapter import (
+    BrokerUnavailableError,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    Producer,
+    PushConsumer,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -29,3 +38,41 @@ def test_a_client_with_no_broker_to_reach_names_the_address() -> None:
     with pytest.raises(BrokerUnavailableError, match=f"cannot reach any broker at {address}"):
         consumer.start()
     assert time.monotonic() - started < 45
+
+
+def test_a_failing_listener_is_logged_once_with_its_traceback_and_a_clamp_is_named(
+    kafka_bootstrap_servers: str, kafka_topic: str, kafka_group_id: str, caplog: Any
+) -> None:
+    """It used to log every failure as one line without a traceback, and to clamp an
+    ack_index past the batch without a word."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    calls = []
+
+    def listener(msgs: list[Any], ctx: Any) -> Any:
+        calls.append(len(msgs))
+        if msgs[0].body.startswith(b"boom"):
+            raise ValueError("downstream said no")
+        ctx.ack_index = 5  # past a batch of one
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    with Producer(conf) as producer:
+        for i in range(20):
+            producer.send(Message(topic=kafka_topic, body=b"boom-%d" % i if i % 2 else b"ok"))
+    consumer = PushConsumer(
+        {**conf, "group.id": kafka_group_id},
+        consume_message_batch_max_size=1,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(kafka_topic)
+    consumer.register_message_listener(listener)
+    with caplog.at_level(logging.WARNING, "adapter.consumer"), consumer:
+        deadline = time.monotonic() + 60
+        while len(calls) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        consumer.check_alive()
+    assert len(calls) >= 20
+    raised = [r for r in caplog.records if "listener raised ValueError" in r.getMessage()]
+    assert len(raised) == 1, [r.getMessage() for r in raised]
+    assert raised[0].exc_info is not None and raised[0].exc_info[0] is ValueError
+    clamps = [r for r in caplog.records if "ack_index=5 is outside -1..0" in r.getMessage()]
+    assert len(clamps) == 1

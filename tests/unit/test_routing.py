@@ -14,6 +14,7 @@ from adapter.core.routing import (
     DeadLetterReason,
     MessageModel,
     RetryLater,
+    ack_index_clamped,
     route_failed,
     split_batch,
 )
@@ -241,3 +242,21 @@ class TestPoisonMessage:
             n = dest.reconsume_times
         assert deliveries == max_times + 1
         assert dest.reconsume_times == max_times + 1
+
+
+@pytest.mark.parametrize(
+    ("ack", "size", "says"),
+    [
+        (None, 4, None),
+        (-1, 4, None),
+        (3, 4, None),
+        (4, 4, "context.ack_index=4 is outside -1..3 for a batch of 4; clamped to 3"),
+        (99, 1, "context.ack_index=99 is outside -1..0 for a batch of 1; clamped to 0"),
+        (-2, 4, "context.ack_index=-2 is outside -1..3 for a batch of 4; clamped to -1"),
+        ("2", 4, None),  # not an int: an error of its own, not a clamp
+    ],
+)
+def test_an_ack_index_outside_the_batch_is_named_and_clamped(
+    ack: object, size: int, says: str | None
+) -> None:
+    assert ack_index_clamped(ack, size) == says
