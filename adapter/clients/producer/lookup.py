@@ -1,0 +1,167 @@
+"""The topic lookup of a producer: the Kafka topic of a user topic, checked to exist once.
+
+A topic that is not visible yet is looked up again until ``topic.metadata.propagation.max.ms``
+(librdkafka's bound, 30 s by default) has passed since the producer first met it, and only
+then is an :class:`UnknownTopicError` (Kafka's metadata lags topic creation).  Each lookup
+asks for metadata in slices of a second, so that a fatal error (refused credentials) ends
+the wait at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tenacity
+from confluent_kafka import KafkaError, KafkaException
+
+from adapter.constants import MAX_BLOCK_MS
+from adapter.core import naming
+from adapter.errors import AdapterError, UnknownTopicError
+from adapter.io.errors import client_error
+
+#: librdkafka's default ``topic.metadata.propagation.max.ms``.
+DEFAULT_PROPAGATION_MS = 30_000
+#: A topic lookup asks for metadata in slices this long (see :meth:`TopicLookup.lookup`).
+LOOKUP_SLICE_S = 1.0
+#: The shortest slice (a lookup whose bound is all but spent still asks once).
+MIN_SLICE_S = 0.01
+UNKNOWN_TOPIC_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+
+
+class NotYetVisible(AdapterError):
+    """A topic lookup to repeat (never escapes :meth:`TopicLookup.kafka_topic`)."""
+
+    def __init__(self, kafka_error: Any) -> None:
+        super().__init__(str(kafka_error))
+        self.kafka_error = kafka_error
+
+
+def propagation_s(config: Mapping[str, Any]) -> float:
+    """``topic.metadata.propagation.max.ms`` of a client config, in seconds (librdkafka's
+    default when it is missing or not a number)."""
+    value = config.get("topic.metadata.propagation.max.ms", DEFAULT_PROPAGATION_MS)
+    try:
+        return max(int(value), 0) / 1000
+    except (TypeError, ValueError):
+        return DEFAULT_PROPAGATION_MS / 1000
+
+
+def lookup_slice(bound_s: float, elapsed_s: float) -> float:
+    """How long the next metadata request of a lookup may take: a slice of at most
+    :data:`LOOKUP_SLICE_S`, never past the lookup's bound (but at least :data:`MIN_SLICE_S`)."""
+    return min(LOOKUP_SLICE_S, max(bound_s - elapsed_s, MIN_SLICE_S))
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a metadata request ran out of its slice (asked again while the bound lasts)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT
+
+
+class TopicLookup:
+    """Logical topic -> Kafka topic, each checked to exist before its first send.
+
+    ``client()`` is the confluent-kafka client to ask (started on first use) and
+    ``raise_fatal()`` raises the fatal error the client reported, if any.
+    """
+
+    __slots__ = ("_client", "_config", "_first_lookup", "_raise_fatal", "_request_s", "topics")
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        send_msg_timeout_ms: int,
+        client: Callable[[], Any],
+        raise_fatal: Callable[[], None],
+    ) -> None:
+        self._config = config
+        #: one metadata request at most this long in all (``send_msg_timeout_ms``, bounded)
+        self._request_s = min(send_msg_timeout_ms, MAX_BLOCK_MS) / 1000
+        self._client = client
+        self._raise_fatal = raise_fatal
+        #: logical topic -> Kafka topic, for topics known to exist (the send hot path reads it)
+        self.topics: dict[str, str] = {}
+        #: Kafka topic -> when this producer first looked it up without finding it
+        self._first_lookup: dict[str, float] = {}
+
+    def kafka_topic(self, logical: str) -> str:
+        """The Kafka topic of a user topic, checked to exist (once per producer)."""
+        kafka_topic = self.topics.get(logical) if type(logical) is str else None
+        if kafka_topic is None:
+            kafka_topic = naming.to_kafka(logical)  # bad names fail before any broker call
+            self._check_topic(kafka_topic, logical)
+            self.topics[logical] = kafka_topic
+        return kafka_topic
+
+    def schedule_topic(self, logical: str) -> str:
+        """The Kafka topic of a delay-level topic (not looked up: the producer creates
+        those, or they are the ScheduleService's)."""
+        kafka_topic = self.topics.get(logical)
+        if kafka_topic is None:
+            kafka_topic = self.topics[logical] = naming.to_kafka(logical)
+        return kafka_topic
+
+    def _check_topic(self, kafka_topic: str, logical: str) -> None:
+        """Look the topic up, again and again (back-off) while it is not visible, until
+        ``topic.metadata.propagation.max.ms`` after this producer first looked for it."""
+        now = time.monotonic()
+        first = self._first_lookup.setdefault(kafka_topic, now)
+        bound = propagation_s(self._config)
+        deadline = first + bound
+        backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            return min(backoff(state), max(deadline - time.monotonic(), 0.0))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(NotYetVisible),
+            stop=tenacity.stop_after_delay(max(deadline - now, 0.0)),
+            wait=wait,
+            reraise=True,
+        )
+        try:
+            retrying(self.lookup, kafka_topic, logical)
+        except NotYetVisible as exc:
+            err = exc.kafka_error
+            if err is not None and err.code() not in UNKNOWN_TOPIC_CODES:
+                raise client_error(KafkaException(err), what=f"topic {logical!r}") from None
+            raise UnknownTopicError(
+                f"topic {logical!r} does not exist (Kafka topic {kafka_topic!r}; not in the "
+                f"cluster's metadata {time.monotonic() - first:.1f}s after its first use, "
+                f"topic.metadata.propagation.max.ms={round(bound * 1000)}); create it or "
+                "enable auto-creation on the broker",
+                kafka_error=err,
+            ) from None
+        self._first_lookup.pop(kafka_topic, None)
+
+    def lookup(self, kafka_topic: str, logical: str) -> None:
+        """One lookup: returns when the topic exists, raises :class:`NotYetVisible` when it
+        is not there (yet), and the adapter's error for anything else."""
+        bound = self._request_s
+        started = time.monotonic()
+
+        def ask() -> Any:
+            try:
+                slice_s = lookup_slice(bound, time.monotonic() - started)
+                return self._client().list_topics(topic=kafka_topic, timeout=slice_s)
+            except KafkaException:
+                self._raise_fatal()
+                raise
+
+        try:
+            md = tenacity.Retrying(
+                retry=tenacity.retry_if_exception(timed_out),
+                stop=tenacity.stop_after_delay(bound),
+                reraise=True,
+            )(ask)
+        except KafkaException as exc:
+            raise client_error(exc, what=f"metadata for topic {logical!r}") from exc
+        tmd = md.topics.get(kafka_topic)
+        err = None if tmd is None else tmd.error
+        if tmd is not None and (err is None or err.code() == KafkaError.LEADER_NOT_AVAILABLE):
+            return  # it exists (librdkafka waits for a leader being elected)
+        if err is None or err.code() in UNKNOWN_TOPIC_CODES or err.retriable():
+            raise NotYetVisible(err)
+        raise client_error(KafkaException(err), what=f"topic {logical!r}")

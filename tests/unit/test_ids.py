@@ -1,0 +1,55 @@
+"""Message ids (``adapter.core.ids``): the format consumers and docs rely on (32 upper-case
+hex digits: 20 of prefix, 12 of counter), the counter's wrap, and bad input."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from adapter.core.ids import COUNTER_SPAN, MessageIdGenerator
+from adapter.errors import InvalidInputError
+
+pytestmark = pytest.mark.unit
+
+PREFIX = bytes(range(1, 11))
+PREFIX_HEX = "0102030405060708090A"
+
+
+def test_ids_are_the_prefix_then_a_counter_from_zero() -> None:
+    gen = MessageIdGenerator(PREFIX)
+    assert gen.prefix == PREFIX_HEX
+    assert [gen.next_id() for _ in range(3)] == [
+        PREFIX_HEX + "000000000000",
+        PREFIX_HEX + "000000000001",
+        PREFIX_HEX + "000000000002",
+    ]
+    assert gen.next_bytes() == (PREFIX_HEX + "000000000003").encode()
+    assert next(gen.ids) == (PREFIX_HEX + "000000000004").encode()
+    assert re.fullmatch(r"[0-9A-F]{32}", gen.next_id())
+
+
+def test_the_counter_wraps_after_twelve_hex_digits() -> None:
+    gen = MessageIdGenerator(b"\xff" * 10, start=COUNTER_SPAN - 2)
+    assert [gen.next_id()[20:] for _ in range(4)] == [
+        "FFFFFFFFFFFE",
+        "FFFFFFFFFFFF",
+        "000000000000",
+        "000000000001",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "start", "field"),
+    [
+        (b"short", 0, "prefix"),
+        ("0102030405060708090A", 0, "prefix"),
+        (PREFIX, -1, "start"),
+        (PREFIX, COUNTER_SPAN, "start"),
+        (PREFIX, True, "start"),
+    ],
+)
+def test_bad_prefix_or_start_is_invalid_input(prefix: object, start: object, field: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        MessageIdGenerator(prefix, start)  # type: ignore[arg-type]
+    assert info.value.field == field

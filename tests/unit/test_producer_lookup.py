@@ -1,0 +1,153 @@
+"""The producer's topic lookup (``adapter.clients.producer.lookup``) over a stand-in client:
+the metadata slices, the wait for a topic to become visible, and the errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from adapter.clients.producer.lookup import (
+    DEFAULT_PROPAGATION_MS,
+    LOOKUP_SLICE_S,
+    MIN_SLICE_S,
+    TopicLookup,
+    lookup_slice,
+    propagation_s,
+)
+from adapter.core import naming
+from adapter.core.delay import DelayLevels
+from adapter.errors import AuthenticationError, UnknownTopicError
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class TopicMeta:
+    error: Any = None
+
+
+@dataclass
+class Metadata:
+    topics: dict[str, TopicMeta]
+
+
+@dataclass
+class FakeClient:
+    """``list_topics`` as librdkafka answers it: ``answers`` are used in turn (then the
+    topic is there); an exception among them is raised."""
+
+    answers: list[Any] = field(default_factory=list)
+    asked: list[tuple[str, float]] = field(default_factory=list)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Metadata:
+        assert topic is not None
+        self.asked.append((topic, timeout))
+        answer = self.answers.pop(0) if self.answers else None
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, str):  # "absent"
+            return Metadata({})
+        return Metadata({topic: TopicMeta(answer)})
+
+
+def lookup(client: FakeClient, propagation_ms: int = 5_000, raise_fatal: Any = None) -> TopicLookup:
+    return TopicLookup(
+        {"topic.metadata.propagation.max.ms": propagation_ms},
+        send_msg_timeout_ms=30_000,
+        client=lambda: client,
+        raise_fatal=raise_fatal or (lambda: None),
+    )
+
+
+UNKNOWN = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+@pytest.mark.parametrize(
+    ("bound", "elapsed", "expected"),
+    [
+        (30.0, 0.0, LOOKUP_SLICE_S),
+        (30.0, 29.5, 0.5),
+        (30.0, 30.0, MIN_SLICE_S),
+        (30.0, 45.0, MIN_SLICE_S),
+        (0.2, 0.0, 0.2),
+    ],
+)
+def test_a_lookup_asks_in_slices_of_at_most_a_second_within_its_bound(
+    bound: float, elapsed: float, expected: float
+) -> None:
+    assert lookup_slice(bound, elapsed) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({}, DEFAULT_PROPAGATION_MS / 1000),
+        ({"topic.metadata.propagation.max.ms": 2500}, 2.5),
+        ({"topic.metadata.propagation.max.ms": "700"}, 0.7),
+        ({"topic.metadata.propagation.max.ms": -5}, 0.0),
+        ({"topic.metadata.propagation.max.ms": "soon"}, DEFAULT_PROPAGATION_MS / 1000),
+    ],
+)
+def test_propagation_bound_from_the_config(config: dict[str, Any], expected: float) -> None:
+    assert propagation_s(config) == pytest.approx(expected)
+
+
+def test_a_visible_topic_is_looked_up_once_then_cached() -> None:
+    client = FakeClient()
+    topics = lookup(client)
+    assert topics.kafka_topic("orders") == naming.to_kafka("orders")
+    assert topics.kafka_topic("orders") == naming.to_kafka("orders")
+    assert client.asked == [(naming.to_kafka("orders"), LOOKUP_SLICE_S)]
+    assert topics.topics == {"orders": naming.to_kafka("orders")}
+
+
+def test_a_topic_not_visible_yet_is_looked_up_again_until_it_shows() -> None:
+    client = FakeClient(answers=[UNKNOWN, "absent", UNKNOWN])
+    topics = lookup(client)
+    assert topics.kafka_topic("late") == naming.to_kafka("late")
+    assert len(client.asked) == 4
+
+
+def test_a_leader_being_elected_counts_as_there() -> None:
+    client = FakeClient(answers=[KafkaError(KafkaError.LEADER_NOT_AVAILABLE)])
+    assert lookup(client).kafka_topic("orders") == naming.to_kafka("orders")
+    assert len(client.asked) == 1
+
+
+def test_a_topic_never_visible_is_unknown_after_the_propagation_bound() -> None:
+    client = FakeClient(answers=[UNKNOWN] * 1000)
+    topics = lookup(client, propagation_ms=0)
+    with pytest.raises(UnknownTopicError, match=r"topic\.metadata\.propagation\.max\.ms=0"):
+        topics.kafka_topic("missing")
+    assert len(client.asked) == 1
+    assert "missing" not in topics.topics
+
+
+def test_a_timed_out_slice_is_asked_again() -> None:
+    client = FakeClient(answers=[KafkaException(KafkaError(KafkaError._TIMED_OUT))] * 2)
+    assert lookup(client).kafka_topic("orders") == naming.to_kafka("orders")
+    assert len(client.asked) == 3
+
+
+def test_a_fatal_error_ends_the_lookup_at_once() -> None:
+    refused = AuthenticationError("credentials refused")
+    client = FakeClient(answers=[KafkaException(KafkaError(KafkaError._TIMED_OUT))] * 50)
+
+    def raise_fatal() -> None:
+        raise refused
+
+    with pytest.raises(AuthenticationError) as info:
+        lookup(client, raise_fatal=raise_fatal).kafka_topic("orders")
+    assert info.value is refused
+    assert len(client.asked) == 1
+
+
+def test_schedule_topics_are_mapped_without_a_lookup() -> None:
+    client = FakeClient()
+    topics = lookup(client)
+    logical = naming.schedule_topic(1, DelayLevels.DEFAULT)
+    assert topics.schedule_topic(logical) == naming.to_kafka(logical)
+    assert client.asked == []
