@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Stop the rmq-kafka stack that docker/up.sh started (same COMPOSE_PROJECT_NAME).
+# Stop the rmq-kafka stack that docker/up.sh started (same COMPOSE_PROJECT_NAME), with one
+# broker or three (the files of the three-broker profile name every service of both).
 #
 #   docker/down.sh [--volumes] [--purge]
-#     --volumes  also remove the broker's and Prometheus' data volumes
+#     --volumes  also remove the brokers' and Prometheus' data volumes
 #     --purge    --volumes, and remove the Spark output in $RMQ_STACK_DATA/consume-metrics
 set -euo pipefail
 cd "$(dirname "$0")"
 HERE=$PWD
+RMQ_STACK_BROKERS=3
 # shellcheck source=docker/stack.sh
 . "$HERE/stack.sh"
 
@@ -15,7 +17,7 @@ for arg in "$@"; do
   case "$arg" in
     -v|--volumes) volumes=1 ;;
     --purge) volumes=1 purge=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "down.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done

@@ -3,11 +3,15 @@
 # they are missing (docker/build.sh), start every service, wait until all are healthy, and
 # print where to look.
 #
-#   docker/up.sh [--build] [--demo] [--timeout SECONDS]
+#   docker/up.sh [--brokers 1|3] [--build] [--demo] [--timeout SECONDS]
+#     --brokers  3: the three-broker profile (compose.cluster.yaml over compose.yaml: three
+#                KRaft nodes, replication factor 3, min.insync.replicas 2); default
+#                $RMQ_STACK_BROKERS, else 1
 #     --build    rebuild the images first (the project's wheel from the working tree)
 #     --demo     then send 10 ok and 2 failing messages through the example consumer
 #
-# Settings (environment): COMPOSE_PROJECT_NAME (rmq-kafka), RMQ_STACK_KAFKA_PORT (29092),
+# Settings (environment): COMPOSE_PROJECT_NAME (rmq-kafka), RMQ_STACK_KAFKA_PORT (29092;
+# with 3 brokers also RMQ_STACK_KAFKA_PORT_2 and _3, default the next two ports),
 # RMQ_STACK_PROMETHEUS_PORT (9090), RMQ_STACK_SCHEDULE_METRICS_PORT (9400),
 # RMQ_STACK_CONSUMER_METRICS_PORT (9401), RMQ_STACK_DATA (docker/data), RMQ_STACK_TAG
 # (latest), and the rest of compose.yaml's variables.  docker/down.sh stops the stack.
@@ -23,12 +27,14 @@ while [ $# -gt 0 ]; do
     --build) rebuild=1 ;;
     --demo) demo=1 ;;
     --timeout) timeout=$2; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --brokers) RMQ_STACK_BROKERS=$2; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "up.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
 
+compose_file_args  # checks --brokers
 docker info >/dev/null 2>&1 || { echo "up.sh: no Docker engine (start dockerd)" >&2; exit 1; }
 missing=()
 for image in rmq-kafka/kafka:4.4.0 "rmq-kafka/app:$RMQ_STACK_TAG" "rmq-kafka/spark:$RMQ_STACK_TAG" \
@@ -43,8 +49,9 @@ elif [ ${#missing[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$RMQ_STACK_DATA"
-echo "==> $COMPOSE_CMD up -d (project $COMPOSE_PROJECT_NAME)"
-compose up -d
+echo "==> $COMPOSE_CMD ${COMPOSE_FILE_ARGS[*]} up -d (project $COMPOSE_PROJECT_NAME, $RMQ_STACK_BROKERS broker(s))"
+# --remove-orphans: a switch between 1 and 3 brokers drops the nodes no longer wanted
+compose up -d --remove-orphans
 
 echo "==> waiting until every service is healthy (at most ${timeout}s)"
 deadline=$(( $(date +%s) + timeout ))
@@ -64,7 +71,7 @@ while :; do
       exit 1
     fi
   done
-  if [ "$total" -ge 5 ] && [ "$healthy" = "$total" ]; then
+  if [ "$total" -ge $((4 + RMQ_STACK_BROKERS)) ] && [ "$healthy" = "$total" ]; then
     break
   fi
   if [ "$(date +%s)" -ge "$deadline" ]; then
@@ -88,13 +95,19 @@ metrics_note=""
 if ! compose exec -T example-consumer test -f /tmp/example-consumer.metrics 2>/dev/null; then
   metrics_note="   (off: this adapter build has no metrics_port yet; Prometheus shows the targets down)"
 fi
-exec_hint="$COMPOSE_CMD -f $HERE/compose.yaml -p $COMPOSE_PROJECT_NAME exec example-consumer"
+compose_hint="$COMPOSE_CMD ${COMPOSE_FILE_ARGS[*]} -p $COMPOSE_PROJECT_NAME"
+exec_hint="$compose_hint exec example-consumer"
 down_hint=$HERE/down.sh
 [ "$COMPOSE_PROJECT_NAME" = rmq-kafka ] || down_hint="COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME $down_hint"
+host_bootstrap=127.0.0.1:$RMQ_STACK_KAFKA_PORT inner_bootstrap=broker:9092
+if [ "$RMQ_STACK_BROKERS" = 3 ]; then
+  host_bootstrap=$host_bootstrap,127.0.0.1:$RMQ_STACK_KAFKA_PORT_2,127.0.0.1:$RMQ_STACK_KAFKA_PORT_3
+  inner_bootstrap=broker:9092,broker-2:9092,broker-3:9092
+fi
 cat <<EOF
 
-rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME)
-  Kafka bootstrap (host)    127.0.0.1:$RMQ_STACK_KAFKA_PORT   (inside the stack: broker:9092)
+rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME, $RMQ_STACK_BROKERS broker(s))
+  Kafka bootstrap (host)    $host_bootstrap   (inside the stack: $inner_bootstrap)
   Prometheus                http://127.0.0.1:$RMQ_STACK_PROMETHEUS_PORT   (targets: /targets)
   ScheduleService metrics   http://127.0.0.1:$RMQ_STACK_SCHEDULE_METRICS_PORT/metrics$metrics_note
   Example consumer metrics  http://127.0.0.1:$RMQ_STACK_CONSUMER_METRICS_PORT/metrics
@@ -102,7 +115,7 @@ rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME)
   Grafana dashboard         $HERE/grafana/rmq-kafka-dashboard.json (import it; data source: the Prometheus above)
   Send messages             $exec_hint python /opt/example_app/app.py produce --ok 10 --fail 2
   Dead letters              $exec_hint rmq-kafka dlq list --group example
-                            .venv/bin/rmq-kafka dlq list --group example -b 127.0.0.1:$RMQ_STACK_KAFKA_PORT
-  Logs                      $COMPOSE_CMD -f $HERE/compose.yaml -p $COMPOSE_PROJECT_NAME logs -f example-consumer
+                            .venv/bin/rmq-kafka dlq list --group example -b $host_bootstrap
+  Logs                      $compose_hint logs -f example-consumer
   Stop                      $down_hint   (--volumes: also drop the broker's and Prometheus' data)
 EOF

@@ -31,6 +31,7 @@ _GROUPS = {
     "test_security.py": "sasl-broker",
     "test_embedded_broker.py": "own-broker",
     "test_stack.py": "docker",
+    "test_cluster_stack.py": "docker",
     # one three-node cluster per worker: its modules share the worker that has it
     "test_bounce.py": "cluster",
     "test_cluster_admin.py": "cluster",

@@ -21,25 +21,26 @@ running afterwards (the project name is printed).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import socket
-import subprocess
-import time
 import urllib.parse
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCKER = ROOT / "docker"
-COMPOSE_FILE = DOCKER / "compose.yaml"
+from tests.docker.harness import (
+    COMPOSE_FILE,
+    DOCKER,
+    Stack,
+    http_json,
+    http_text,
+    start_stack,
+    wait_for,
+)
+
 DASHBOARD = DOCKER / "grafana" / "rmq-kafka-dashboard.json"
 
 GROUP = "example"
@@ -138,186 +139,9 @@ def test_prometheus_scrapes_the_compose_services() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _run(
-    args: list[str], timeout: float, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion; its output captured, its exit status not checked."""
-    return subprocess.run(
-        args, check=False, capture_output=True, text=True, timeout=timeout, env=env
-    )
-
-
-def _compose_command() -> list[str] | None:
-    try:
-        if _run(["docker", "compose", "version"], timeout=30).returncode == 0:
-            return ["docker", "compose"]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return ["docker-compose"] if shutil.which("docker-compose") else None
-
-
-def _skip_reason() -> str | None:
-    if os.environ.get("RMQ_DOCKER_TESTS") != "1":
-        return "opt-in: set RMQ_DOCKER_TESTS=1 (builds the images, runs the whole stack: minutes)"
-    if shutil.which("docker") is None:
-        return "no docker CLI on PATH"
-    try:
-        info = _run(["docker", "info"], timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"no Docker engine reachable ({exc})"
-    if info.returncode != 0:
-        return "no Docker engine reachable (docker info failed; start dockerd)"
-    if _compose_command() is None:
-        return "neither 'docker compose' nor docker-compose is installed"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _tail(text: str, lines: int = 60) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _http_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return str(resp.read().decode("utf-8"))
-
-
-def _wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
-    """``probe()`` until it returns something truthy; fails with its last result or error."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = probe()
-            if last:
-                return last
-        except Exception as exc:  # not ready yet
-            last = exc
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not after {timeout:.0f}s (last: {last!r})")
-        time.sleep(interval)
-
-
-@dataclass
-class Stack:
-    project: str
-    env: dict[str, str]
-    compose_cmd: list[str]
-    kafka_port: int
-    prometheus_port: int
-    schedule_metrics_port: int
-    consumer_metrics_port: int
-    data: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
-
-    @property
-    def prometheus(self) -> str:
-        return f"http://127.0.0.1:{self.prometheus_port}"
-
-    def compose(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-        cmd = [*self.compose_cmd, "-f", str(COMPOSE_FILE), "-p", self.project, *args]
-        res = _run(cmd, timeout, self.env)
-        if check and res.returncode != 0:
-            output = _tail(res.stdout + res.stderr)
-            pytest.fail(f"{' '.join(args)}: exit {res.returncode}\n{output}")
-        return res.stdout
-
-    def exec(self, service: str, *args: str, check: bool = True) -> str:
-        return self.compose("exec", "-T", service, *args, check=check)
-
-    def has_file(self, service: str, path: str) -> bool:
-        cmd = [*self.compose_cmd, "-f", str(COMPOSE_FILE), "-p", self.project]
-        return _run([*cmd, "exec", "-T", service, "test", "-f", path], 60, self.env).returncode == 0
-
-    def logs(self, service: str) -> str:
-        """The service container's own stdout + stderr (no compose prefixes)."""
-        cid = self.compose("ps", "-q", service).strip()
-        res = _run(["docker", "logs", cid], timeout=60)
-        return res.stdout + res.stderr
-
-    def events(self, service: str, event: str) -> list[dict[str, Any]]:
-        out = []
-        for line in self.logs(service).splitlines():
-            if line.startswith("{"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("event") == event:
-                    out.append(record)
-        return out
-
-    def prom_query(self, query: str) -> list[dict[str, Any]]:
-        url = f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-        body = _http_json(url)
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def prom_value(self, query: str) -> float:
-        result = self.prom_query(query)
-        return sum(float(r["value"][1]) for r in result) if result else 0.0
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    compose_cmd = _compose_command()
-    assert compose_cmd is not None
-    build = _run([str(DOCKER / "build.sh")], timeout=1500)
-    if build.returncode != 0:
-        pytest.fail(f"docker/build.sh failed:\n{_tail(build.stdout + build.stderr)}")
-    ports = [_free_port() for _ in range(4)]
-    data = tmp_path_factory.mktemp("stack-data")
-    project = f"rmq-kafka-test-{os.getpid()}"
-    env = {
-        **os.environ,
-        "COMPOSE_PROJECT_NAME": project,
-        "COMPOSE_CMD": " ".join(compose_cmd),
-        "RMQ_STACK_KAFKA_PORT": str(ports[0]),
-        "RMQ_STACK_PROMETHEUS_PORT": str(ports[1]),
-        "RMQ_STACK_SCHEDULE_METRICS_PORT": str(ports[2]),
-        "RMQ_STACK_CONSUMER_METRICS_PORT": str(ports[3]),
-        "RMQ_STACK_DATA": str(data),
-    }
-    s = Stack(
-        project,
-        env,
-        compose_cmd,
-        kafka_port=ports[0],
-        prometheus_port=ports[1],
-        schedule_metrics_port=ports[2],
-        consumer_metrics_port=ports[3],
-        data=data,
-    )
-    try:
-        up = _run([str(DOCKER / "up.sh"), "--timeout", "420"], 600, env)
-        print(up.stdout)
-        if up.returncode != 0:
-            pytest.fail(f"docker/up.sh failed:\n{_tail(up.stdout + up.stderr, 80)}")
-        assert f"127.0.0.1:{s.kafka_port}" in up.stdout, "up.sh prints the host bootstrap"
-        yield s
-    finally:
-        if os.environ.get("RMQ_DOCKER_KEEP") == "1":
-            print(f"RMQ_DOCKER_KEEP=1: stack {project} left running (data in {data})")
-        else:
-            _run([str(DOCKER / "down.sh"), "--purge"], 300, env)
+    yield from start_stack(tmp_path_factory, brokers=1)
 
 
 @dataclass
@@ -356,7 +180,7 @@ def traffic(stack: Stack) -> Traffic:
         return mine if len(mine) >= N_FAIL else None
 
     # 3 s (level 3) + 4 s (level 4) of retry delays, plus polling and scheduling
-    entries = _wait_for("the failing messages in %DLQ%example", dead_letters, timeout=120)
+    entries = wait_for("the failing messages in %DLQ%example", dead_letters, timeout=120)
     return Traffic(run_id, ok, fail, entries)
 
 
@@ -436,7 +260,7 @@ def test_spark_streaming_output(stack: Stack, traffic: Traffic) -> None:
         done = sums["dlq_arrivals"] >= N_FAIL and sums["succeeded"] >= N_OK
         return sums if done else None
 
-    sums = _wait_for("the Spark job's Parquet windows", totals, timeout=300, interval=3)
+    sums = wait_for("the Spark job's Parquet windows", totals, timeout=300, interval=3)
     assert sums["dlq_arrivals"] == N_FAIL, sums
     assert sums["retried"] == MAX_RECONSUME_TIMES * N_FAIL, sums
     assert sums["failed"] == (MAX_RECONSUME_TIMES + 1) * N_FAIL, sums
@@ -457,7 +281,7 @@ def _has_family(families: dict[str, str], name: str) -> bool:
 @pytest.mark.docker
 @pytest.mark.timeout(1800)
 def test_prometheus_scrapes_the_metrics_contract(stack: Stack, traffic: Traffic) -> None:
-    targets = _http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
+    targets = http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
     scraped = {t["labels"]["job"]: t for t in targets}
     assert scraped["rmq-schedule-service"]["scrapeUrl"] == "http://schedule-service:9400/metrics"
     assert scraped["rmq-example-consumer"]["scrapeUrl"] == "http://example-consumer:9401/metrics"
@@ -477,21 +301,21 @@ def test_prometheus_scrapes_the_metrics_contract(stack: Stack, traffic: Traffic)
     assert missing == [], f"metrics endpoints not started: {missing}"
 
     def all_up() -> bool:
-        ts = _http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
+        ts = http_json(f"{stack.prometheus}/api/v1/targets")["data"]["activeTargets"]
         health = {t["labels"]["job"]: t["health"] for t in ts}
         return (
             health.get("rmq-schedule-service") == "up"
             and health.get("rmq-example-consumer") == "up"
         )
 
-    _wait_for("both targets up in Prometheus", all_up, timeout=90)
+    wait_for("both targets up in Prometheus", all_up, timeout=90)
 
     # the endpoints themselves, published on the host
     consumer = _metric_families(
-        _http_text(f"http://127.0.0.1:{stack.consumer_metrics_port}/metrics")
+        http_text(f"http://127.0.0.1:{stack.consumer_metrics_port}/metrics")
     )
     schedule = _metric_families(
-        _http_text(f"http://127.0.0.1:{stack.schedule_metrics_port}/metrics")
+        http_text(f"http://127.0.0.1:{stack.schedule_metrics_port}/metrics")
     )
     assert [m for m in CONSUMER_METRICS if not _has_family(consumer, m)] == []
     assert [m for m in SCHEDULE_METRICS if not _has_family(schedule, m)] == []
@@ -521,7 +345,7 @@ def test_prometheus_scrapes_the_metrics_contract(stack: Stack, traffic: Traffic)
         got = {q: stack.prom_value(f"sum({q})") for q in want}
         return got if all(got[q] >= n for q, n in want.items()) else None
 
-    _wait_for(f"the counters in Prometheus ({want})", reached, timeout=90, interval=3)
+    wait_for(f"the counters in Prometheus ({want})", reached, timeout=90, interval=3)
 
     # gauges: present for the group (values move)
     for query in (
