@@ -327,6 +327,8 @@ class PushConsumer:
         its failures are dropped with a warning, never dead-lettered into itself.
         """
         if self._loop is not None:
+            if self._loop.closed:
+                raise ClientClosedError(f"consumer {self.group} was shut down; create a new one")
             raise InvalidInputError("subscribe", topic, "subscribe before start()")
         if not (isinstance(topic, str) and naming.is_dlq_topic(topic)):
             naming.check_user_topic(topic)

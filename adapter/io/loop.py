@@ -71,6 +71,7 @@ class ClientLoop:
         self._thread: threading.Thread | None = None
         self._opened = False
         self._closed = threading.Event()
+        self._shut = False  # shutdown() was asked for
         self._in_main = False  # the loop is running (on its thread or the caller's)
         self._callback_error: BaseException | None = None
         #: what stopped the loop, if it died
@@ -82,12 +83,18 @@ class ClientLoop:
         """True from ``start()`` until ``shutdown()`` is asked for (or the loop dies)."""
         return self._running.is_set()
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` was asked for: the clients are never opened again."""
+        return self._shut
+
     def open(self) -> bool:
-        """Create the handler's clients once; ``False`` if they already were."""
+        """Create the handler's clients once; ``False`` if they already were.  After
+        :meth:`shutdown`, :class:`ClientClosedError`."""
+        if self._shut or self._closed.is_set():
+            raise ClientClosedError(f"{self.name} was shut down; create a new client")
         if self._opened:
             return False
-        if self._closed.is_set():
-            raise ClientClosedError(f"{self.name} was shut down; create a new client")
         self._handler.open()
         self._opened = True
         self._running.set()
@@ -118,6 +125,7 @@ class ClientLoop:
         raised and the loop goes on closing in the background.  A loop that died raises its
         error here (once).
         """
+        self._shut = True
         self.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

@@ -12,11 +12,13 @@ import pytest
 
 from adapter import (
     BrokerUnavailableError,
+    ClientClosedError,
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
     Message,
     Producer,
     PushConsumer,
+    SimpleConsumer,
 )
 
 pytestmark = pytest.mark.integration
@@ -76,3 +78,35 @@ def test_a_failing_listener_is_logged_once_with_its_traceback_and_a_clamp_is_nam
     assert raised[0].exc_info is not None and raised[0].exc_info[0] is ValueError
     clamps = [r for r in caplog.records if "ack_index=5 is outside -1..0" in r.getMessage()]
     assert len(clamps) == 1
+
+
+def test_a_client_used_after_shutdown_says_so(
+    kafka_bootstrap_servers: str, kafka_topic: str, kafka_group_id: str
+) -> None:
+    """``start()``, ``with``, ``subscribe`` after ``shutdown()`` did nothing or said
+    "subscribe before start()"; ``Producer.send`` after ``shutdown`` silently reopened."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    consumer = PushConsumer({**conf, "group.id": kafka_group_id})
+    consumer.subscribe(kafka_topic)
+    consumer.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer.start()
+    consumer.shutdown()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        consumer.start()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        consumer.__enter__()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        consumer.subscribe(kafka_topic)
+
+    simple = SimpleConsumer({**conf, "group.id": f"{kafka_group_id}-s"})
+    simple.subscribe(kafka_topic)
+    simple.start()
+    simple.shutdown()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        simple.start()
+
+    producer = Producer(conf)
+    producer.send(Message(topic=kafka_topic, body=b"one"))
+    producer.shutdown()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        producer.send(Message(topic=kafka_topic, body=b"two"))

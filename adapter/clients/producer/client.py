@@ -94,6 +94,7 @@ class Producer:
         #: logical topic -> Kafka topic, for topics known to exist (the lookup's)
         self._topics = self._lookup.topics
         self._delay_topics_ready = False
+        self._closed = False  # shut down: never reopened
         due: ResendHeap[Any] = ResendHeap(self.options.clock)
         self._poll = Poller(self._errors, due)
         self._inflight = InFlight(self.options, self.stats, due, self._poll.kick)
@@ -102,9 +103,13 @@ class Producer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Producer:
+        """Connect (idempotent while running).  A producer that was shut down stays closed:
+        :class:`ClientClosedError` (create a new one)."""
         with self._lock:
             if self._client is not None:
                 return self
+            if self._closed:
+                raise ClientClosedError("producer was shut down; create a new Producer")
             client = make_client(self.options.client_factory, dict(self._config), what="producer")
             running = threading.Event()
             running.set()
@@ -145,6 +150,7 @@ class Producer:
         running that callback): it stops at once.
         """
         with self._lock:
+            self._closed = True
             client, self._client = self._client, None
             thread, self._thread = self._thread, None
             running = self._running
