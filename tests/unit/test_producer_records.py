@@ -10,7 +10,9 @@ import pytest
 from adapter.clients.producer.produce import produce
 from adapter.clients.producer.records import (
     Record,
+    check_deliver_time,
     check_message,
+    delay_warning,
     is_scheduled,
     message_headers,
     placement,
@@ -167,3 +169,36 @@ def test_produce_passes_the_parts_in_confluent_kafkas_order() -> None:
     )
     # topic, value, key, partition, on_delivery, callback, timestamp, headers
     assert client.calls == [(("topic", b"v", "k", -1, on_delivery, None, 0, headers), {})]
+
+
+class TestDelayWarnings:
+    LEVELS = DelayLevels.parse("1s 5s 2h")
+
+    def test_a_level_above_the_highest_is_named_and_clamped(self) -> None:
+        msg = Message(topic="t", body=b"x", delay_time_level=99)
+        assert delay_warning(msg, 0, self.LEVELS) == (
+            "level",
+            "delay_time_level=99 is above the highest level 3 (2h); clamped to 3",
+        )
+        assert (
+            delay_warning(Message(topic="t", body=b"x", delay_time_level=3), 0, self.LEVELS) is None
+        )
+
+    def test_a_delivery_time_in_the_past_is_named(self) -> None:
+        now = 1_800_000_000_000
+        late = Message(topic="t", body=b"x", deliver_time_ms=now - 1500)
+        assert delay_warning(late, now, self.LEVELS) == (
+            "past",
+            "deliver_time_ms=1799999998500 is 1500 ms in the past; delivered at once",
+        )
+        soon = Message(topic="t", body=b"x", deliver_time_ms=now + 1)
+        assert delay_warning(soon, now, self.LEVELS) is None
+
+    def test_a_delivery_time_in_seconds_is_refused(self) -> None:
+        now = 1_800_000_000_000
+        with pytest.raises(InvalidInputError, match="looks like seconds") as info:
+            check_deliver_time(Message(topic="t", body=b"x", deliver_time_ms=1_800_000_060), now)
+        assert info.value.field == "deliver_time_ms" and info.value.value == 1_800_000_060
+        # milliseconds, and small times on a test clock, are fine
+        check_deliver_time(Message(topic="t", body=b"x", deliver_time_ms=now + 60_000), now)
+        check_deliver_time(Message(topic="t", body=b"x", deliver_time_ms=5_000), 1_000)

@@ -20,7 +20,9 @@ from adapter.clients.producer.poller import Poller
 from adapter.clients.producer.produce import classify, produce, produce_error, queue_full
 from adapter.clients.producer.records import (
     Record,
+    check_deliver_time,
     check_message,
+    delay_warning,
     is_scheduled,
     message_headers,
     placement,
@@ -95,6 +97,7 @@ class Producer:
         self._topics = self._lookup.topics
         self._delay_topics_ready = False
         self._closed = False  # shut down: never reopened
+        self._warned: set[str] = set()  # kinds of delay warnings logged already
         due: ResendHeap[Any] = ResendHeap(self.options.clock)
         self._poll = Poller(self._errors, due)
         self._inflight = InFlight(self.options, self.stats, due, self._poll.kick)
@@ -222,6 +225,11 @@ class Producer:
             return plain_record(msg, kafka_topic, msg_id, headers)
         opts = self.options
         now_ms = opts.clock.now_ms()
+        check_deliver_time(msg, now_ms)
+        warning = delay_warning(msg, now_ms, opts.levels)
+        if warning is not None and warning[0] not in self._warned:
+            self._warned.add(warning[0])  # once per kind: the clamp itself is RocketMQ's rule
+            log.warning("%s (logged once per producer)", warning[1])
         place = placement(msg, now_ms, opts.levels)
         if place is None:
             return plain_record(msg, kafka_topic, msg_id, headers)

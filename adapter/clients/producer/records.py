@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from adapter.constants import PROPERTY_UNIQ_KEY
 from adapter.core import naming
 from adapter.core.codec import encode_message_headers, schedule_headers
-from adapter.core.delay import DelayLevels
+from adapter.core.delay import DelayLevels, format_duration_ms
 from adapter.core.message import Message
 from adapter.core.schedule import Placement, place_delay_level, place_deliver_time
 from adapter.errors import InvalidDelayLevelError, InvalidInputError
@@ -52,6 +52,46 @@ def check_message(msg: object) -> None:
                 "cannot be combined with delay_time_level",
             )
         check_int("deliver_time_ms", msg.deliver_time_ms, minimum=0)
+
+
+_YEAR_MS = 365 * 86_400_000
+
+
+def check_deliver_time(msg: Message, now_ms: int) -> None:
+    """Refuse a ``deliver_time_ms`` given in seconds: more than a year in the past as
+    milliseconds, yet within ten years of now as seconds."""
+    deliver = msg.deliver_time_ms
+    if (
+        deliver is not None
+        and deliver < now_ms - _YEAR_MS
+        and abs(deliver * 1000 - now_ms) < 10 * _YEAR_MS
+    ):
+        raise InvalidInputError(
+            "deliver_time_ms",
+            deliver,
+            "looks like seconds: it is milliseconds since the epoch (time.time() * 1000)",
+        )
+
+
+def delay_warning(msg: Message, now_ms: int, levels: DelayLevels) -> tuple[str, str] | None:
+    """``(kind, text)`` of what a checked message's delay does that its sender may not expect:
+    a level above the highest is clamped to it (as RocketMQ does), a delivery time in the past
+    is delivered at once.  ``None`` when neither."""
+    level = msg.delay_time_level
+    if level > levels.max_level:
+        top = levels.max_level
+        return (
+            "level",
+            f"delay_time_level={level} is above the highest level {top} "
+            f"({format_duration_ms(levels.delay_ms(top))}); clamped to {top}",
+        )
+    if msg.deliver_time_ms is not None and msg.deliver_time_ms <= now_ms:
+        return (
+            "past",
+            f"deliver_time_ms={msg.deliver_time_ms} is {now_ms - msg.deliver_time_ms} ms in the "
+            "past; delivered at once",
+        )
+    return None
 
 
 def is_scheduled(msg: Message) -> bool:
