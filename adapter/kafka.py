@@ -51,7 +51,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
 import confluent_kafka
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from adapter.constants import DEFAULT_SEND_BACK_RETRY_INTERVAL_S
 from adapter.core import hops, naming
@@ -73,7 +86,25 @@ from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.kafka")
 
-__all__ = ["Consumer", "DropInOptions", "RetriedMessage"]
+__all__ = [
+    # re-exported from confluent_kafka as they are, so that ``import adapter.kafka as ck`` can
+    # stand in for ``import confluent_kafka as ck`` in a consumer's module
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
+    "Consumer",
+    "DropInOptions",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "Producer",
+    "RetriedMessage",
+    "TopicPartition",
+]
 
 #: The emulated ``enable.auto.offset.store`` stores positions at most this often.
 STORE_INTERVAL_S = 0.05
