@@ -30,9 +30,9 @@ setup() {
     echo "$want" > "$stamp"
   fi
   echo "==> Kafka broker jars (pinned, from Maven Central, cached in $RMQ_KAFKA_HOME)"
-  "$VENV/bin/python" -c "from adapter.embedded import ensure_jars; print(ensure_jars())"
+  "$VENV/bin/python" -c "from adapter.embedded import ensure_jars; print('    ready:', ensure_jars())"
   echo "==> Spark Kafka/Avro connector jars (pinned to pyspark's version, cached in $RMQ_KAFKA_HOME)"
-  "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; print(ensure_spark_jars())"
+  "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; jars = ensure_spark_jars(); print(f'    ready: {len(jars)} jars in', jars[0].parent)"
 }
 
 cmd="${1:-help}"

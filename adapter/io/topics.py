@@ -287,13 +287,19 @@ def ensure_with(
         try:
             futures[plan.kafka_topic].result(timeout=timeout_s + 5)
             result[plan.logical] = True
-            log.info("created topic %s (%s)", plan.logical, plan.kafka_topic)
+            log.debug("created topic %s (%s)", plan.logical, plan.kafka_topic)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 result[plan.logical] = False
                 continue
             raise client_error(exc, what=f"creating topic {plan.logical}") from exc
+    created = [p.logical for p in plans if result[p.logical]]
+    if created:  # one line at INFO; each topic at DEBUG
+        shown = ", ".join(created[:3]) + (
+            f" and {len(created) - 3} more" if len(created) > 3 else ""
+        )
+        log.info("created %d topic(s): %s", len(created), shown)
     md = _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
     warn_unreplicated(md, [p.kafka_topic for p in plans if not result[p.logical]])
     existing = [p for p in plans if not result[p.logical] and MAX_MESSAGE_BYTES in p.config]
