@@ -1,5 +1,7 @@
 """The ScheduleService: serves the delay-level topics (see :mod:`.service`), with two
-delivery guarantees (:mod:`.delivery`)."""
+delivery guarantees (:mod:`.delivery`, transactional calls in :mod:`.txn`).  Its options and
+stats are in :mod:`.options`, level-topic names in :mod:`.levels`, destination checks in
+:mod:`.destinations`, pausing the consumer in :mod:`.pausing`."""
 
 from adapter.services.schedule.service import (
     INVALID_SCHEDULE_ENTRY,

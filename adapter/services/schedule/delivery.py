@@ -1,6 +1,9 @@
 """How the ScheduleService's forwards become final: :class:`AtLeastOnce` or
 :class:`ExactlyOnce`.  Everything else (what is due, where it goes, what a refusal means)
-is the same for both and lives in the service and :mod:`adapter.core`.
+is the same for both and lives in the service and :mod:`adapter.core`; everything in
+which the two differ lives here, one strategy each: the consumer settings they require,
+their producer, how a loop pass ends, what a refused copy leads to, how offsets are
+committed (on revoke and shutdown too) and closing.
 
 * at-least-once: each forward settles when the broker acknowledges it; offsets are stored
   and committed in the background.  A crash between a forward and the commit forwards the
@@ -14,39 +17,94 @@ is the same for both and lives in the service and :mod:`adapter.core`.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-from collections.abc import Callable
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import tenacity
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from adapter.core.engine.schedule import Entry
-from adapter.core.hops import OutRecord
-from adapter.io.errors import client_error
+from adapter.core import hops
+from adapter.core.clock import Clock
+from adapter.core.codec import OmittedBody
+from adapter.core.engine.schedule import Entry, Mark, ScheduleAction, ScheduleEngine
+from adapter.core.publishing import Escalation
+from adapter.core.types import TP
+from adapter.io.config import require_setting
+from adapter.io.errors import FatalErrorWatch, client_error, is_unknown_topic
+from adapter.io.offsets import committed_offsets
 from adapter.io.publisher import Publisher
+from adapter.services.schedule.options import (
+    DeliveryGuarantee,
+    ScheduleServiceOptions,
+    ScheduleStats,
+)
+from adapter.services.schedule.txn import (  # re-exported: they lived here
+    TXN_CALL_ATTEMPTS,
+    TXN_CALL_GRACE_S,
+    TXN_CALL_PAUSE_S,
+    TXN_CALL_TIMEOUT_S,
+    TxnCaller,
+    repeat_pending,
+)
+
+__all__ = [
+    "DELIVERIES",
+    "TXN_CALL_ATTEMPTS",
+    "TXN_CALL_GRACE_S",
+    "TXN_CALL_PAUSE_S",
+    "TXN_CALL_TIMEOUT_S",
+    "AtLeastOnce",
+    "Copy",
+    "Delivery",
+    "ExactlyOnce",
+    "Host",
+    "TxnCaller",
+    "committed_position",
+    "omitted_body",
+    "purged",
+]
 
 log = logging.getLogger("adapter.schedule")
 
-#: Bound on one transactional call.  A call that times out is repeated (librdkafka goes on
-#: with the same commit), so a short slice lets forwarding resume as soon as a moved
-#: transaction coordinator answers: with one 10 s slice, a coordinator's broker killed -9
-#: stalled forwarding 18.6 s on a three-node cluster (the slice that timed out, then the
-#: next); in 2 s slices it resumes once the coordinator moved (its broker's session timeout
-#: and the new leader loading the transaction log).
-TXN_CALL_TIMEOUT_S = 2.0
-#: librdkafka may overrun its own timeout (librdkafka#5456: ``send_offsets_to_transaction``
-#: waits for a coordinator that went away until one answers again).  Our deadline leaves
-#: room for a coordinator to move (measured: with 5 s the watchdog fenced the producer in
-#: the middle of the move, and the fresh producer's registration waited for the old
-#: transaction to end: 14.7 s without forwarding).
-TXN_CALL_GRACE_S = 10.0
-#: Pause between repeats of a pending call (a coordinator that is down fails it at once).
-TXN_CALL_PAUSE_S = 0.25
-#: A transactional call whose outcome stays pending is repeated at most this often (60 s
-#: in all, then the transaction is aborted or the producer fenced).
-TXN_CALL_ATTEMPTS = 30
+#: What the service's producer is called in logs and errors.
+PRODUCER_NAME = "ScheduleService producer"
+
+
+@dataclass(slots=True, eq=False)
+class Copy:
+    """What a produced record was for (the token its verdict comes back with)."""
+
+    entry: Entry
+    record: hops.OutRecord
+    dead_letter: bool = False
+    alone: bool = False
+    omitted: bool = False
+    epoch: int = 0  # exactly-once: the transaction it was produced in
+
+
+class Host(Protocol):
+    """What a delivery needs of the service loop (all on the loop thread)."""
+
+    engine: ScheduleEngine
+    stats: ScheduleStats
+    clock: Clock
+
+    def apply(self, actions: list[ScheduleAction]) -> None:
+        """Carry out the engine's actions (rewinds, pauses, offsets to store)."""
+
+    def refused(self, copy: Copy, err: Any, local: bool) -> tuple[Escalation, str] | None:
+        """A copy was refused: count and log it, and say what to do next with the error's
+        text (``None``: nothing, the entry is read again anyway)."""
+
+    def dead_letter(self, entry: Entry, reason: str, now_ms: int) -> None:
+        """Send ``entry`` to the service's DLQ with ``reason``."""
+
+    def running(self) -> bool:
+        """Whether the service loop is running (not stopping)."""
 
 
 class Delivery(Protocol):
@@ -54,32 +112,165 @@ class Delivery(Protocol):
 
     exactly_once: bool
 
-    def send(self, entry: Entry, record: OutRecord, token: Any, *, alone: bool) -> None:
-        """Produce ``record`` for ``entry``; its verdict reaches the service's result
-        callback with ``token``."""
+    @staticmethod
+    def configure_consumer(cconf: dict[str, Any]) -> None:
+        """Require the consumer settings this guarantee relies on."""
 
-    def finish(self) -> None:
-        """End of a loop pass: serve acknowledgements (at-least-once) or commit the open
-        transaction with its offsets (exactly-once)."""
+    def start(self, consumer: Any) -> None:
+        """Create the producer now (a bad config or a missing ACL fails ``start()``)."""
+
+    def send(self, copy: Copy) -> None:
+        """Produce ``copy.record``; its verdict reaches :meth:`on_result` with ``copy``."""
+
+    def on_result(self, copy: Copy, err: Any, local: bool) -> None:
+        """The broker's verdict on a copy (``local``: refused before it was sent)."""
+
+    def end_pass(self, forwarded: bool) -> None:
+        """End of a loop pass (``forwarded``: it handed entries out): serve
+        acknowledgements (at-least-once) or commit the open transaction with its offsets
+        once it has gathered long enough (exactly-once)."""
+
+    def linger_s(self) -> float | None:
+        """How long the next fetch may wait at most so an open transaction commits in
+        time (``None``: nothing is open)."""
+
+    @property
+    def transaction_open(self) -> bool: ...
+
+    def store_offsets(self, offsets: tuple[tuple[TP, int], ...]) -> None:
+        """Offsets the engine found settled (committed in the background, or not at all
+        where they commit with a transaction)."""
+
+    def on_lookup_failed(self) -> None:
+        """An entry's destination could not be looked up: it is read again."""
+
+    def settle(self, tps: list[TP]) -> None:
+        """``tps`` are about to be given up (revoked, or the service stops): make what was
+        forwarded from them final and commit their offsets while they are ours."""
 
     def in_flight(self) -> int: ...
 
     def close(self) -> None: ...
 
 
+def omitted_body(entry: Entry) -> OmittedBody:
+    """What replaces an entry's body in a copy sent without it."""
+    return OmittedBody(len(entry.value or b""), entry.tp[0], entry.tp[1], entry.offset)
+
+
+def committed_position(consumer: Any, tp: TP, fallback: int) -> int:
+    """Where the group's committed offset of ``tp`` says to read from (the beginning when
+    nothing is committed); ``fallback`` when the broker does not answer."""
+    found = committed_offsets(consumer, [TopicPartition(tp[0], tp[1])], logger=log)
+    if found is None:
+        log.error("committed offset of %s[%d] unknown; from %d", *tp, fallback)
+        return fallback
+    [c] = found
+    return int(c.offset) if c.offset >= 0 else OFFSET_BEGINNING
+
+
+def purged(err: Any) -> bool:
+    """Our own abort or fencing removed the record (it is read again, not refused)."""
+    return isinstance(err, KafkaError) and err.code() in (
+        KafkaError._PURGE_QUEUE,
+        KafkaError._PURGE_INFLIGHT,
+    )
+
+
 class AtLeastOnce:
-    """Forwards settle one by one on the broker's acknowledgement."""
+    """Forwards settle one by one on the broker's acknowledgement; offsets are stored as
+    they settle and committed in the background (and at once on revoke and shutdown)."""
 
     exactly_once = False
+    transaction_open = False
 
-    def __init__(self, publisher: Publisher) -> None:
-        self.publisher = publisher
+    def __init__(
+        self,
+        host: Host,
+        config: Mapping[str, Any],
+        options: ScheduleServiceOptions,
+        *,
+        errors: FatalErrorWatch | None = None,
+        make_publisher: Callable[..., Publisher] = Publisher,
+    ) -> None:
+        self.host = host
+        self.engine = host.engine
+        self.publisher = make_publisher(
+            config,
+            what=PRODUCER_NAME,
+            on_result=self.on_result,
+            errors=errors,
+            defaults={"linger.ms": 5, "message.timeout.ms": 300_000},
+            transactional_id=None,
+        )
+        self._consumer: Any = None
 
-    def send(self, entry: Entry, record: OutRecord, token: Any, *, alone: bool) -> None:
-        self.publisher.send(record, token, alone=alone)
+    @staticmethod
+    def configure_consumer(cconf: dict[str, Any]) -> None:
+        require_setting(cconf, "enable.auto.commit", True, "commits follow the delivery")
 
-    def finish(self) -> None:
+    def start(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.publisher.producer  # noqa: B018 - created now: a bad config fails start()
+
+    def send(self, copy: Copy) -> None:
+        self.publisher.send(copy.record, copy, alone=copy.alone)
+
+    def on_result(self, copy: Copy, err: Any, local: bool) -> None:
+        entry = copy.entry
+        if err is None:
+            self.engine.settled(entry)
+            return
+        refused = self.host.refused(copy, err, local)
+        if refused is None:
+            return
+        step, text = refused
+        now_ms = self.host.clock.now_ms()
+        if step is Escalation.SEND_ALONE:
+            self.send(Copy(entry, copy.record, copy.dead_letter, alone=True, omitted=copy.omitted))
+        elif step is Escalation.DEAD_LETTER:
+            self.host.dead_letter(entry, f"forward failed permanently: {text}", now_ms)
+        elif step is Escalation.OMIT_BODY:
+            record = hops.without_body(copy.record, omitted_body(entry))
+            self.send(Copy(entry, record, dead_letter=True, omitted=True))
+        else:
+            rewind = self.engine.failed(entry, now_ms)
+            if rewind is not None:
+                self.host.apply([rewind])
+
+    def end_pass(self, forwarded: bool) -> None:
         self.publisher.poll(0)
+
+    def linger_s(self) -> float | None:
+        return None
+
+    def store_offsets(self, offsets: tuple[tuple[TP, int], ...]) -> None:
+        try:
+            self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets])
+        except KafkaException as exc:
+            log.debug("store_offsets failed (revoked?): %s", exc)
+
+    def on_lookup_failed(self) -> None:
+        pass  # the entry's partition is rewound; nothing else was forwarded with it
+
+    def settle(self, tps: list[TP]) -> None:
+        self.publisher.flush(30)  # acknowledgements settle entries (callbacks run)
+        self.commit(tps)
+
+    def commit(self, tps: list[TP]) -> None:
+        """Store and commit (synchronously) what is settled of ``tps``."""
+        offsets = []
+        for tp in tps:
+            offset = self.engine.committable(tp)
+            if offset is not None:
+                offsets.append(TopicPartition(tp[0], tp[1], offset))
+        if not offsets:
+            return
+        try:
+            self._consumer.store_offsets(offsets=offsets)
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("ScheduleService commit failed: %s", exc)
 
     def in_flight(self) -> int:
         return self.publisher.in_flight()
@@ -88,141 +279,103 @@ class AtLeastOnce:
         self.publisher.close(30)
 
 
-class TxnCaller:
-    """Runs transactional calls with a deadline of our own on one long-lived thread.
-
-    librdkafka does not always honour the timeout it is given (``send_offsets_to_transaction``
-    can wait for a group coordinator that went away: librdkafka#5456).  A call still
-    blocked past its deadline raises a fatal ``_TIMED_OUT`` so the caller fences the wedged
-    producer; its thread stays blocked in librdkafka and is replaced by a fresh one.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._calls: queue.SimpleQueue[Any] | None = None
-        self.abandoned = 0
-
-    def _worker(self) -> queue.SimpleQueue[Any]:
-        if self._calls is None:
-            calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-            threading.Thread(target=_serve, args=(calls,), name=self.name, daemon=True).start()
-            self._calls = calls
-        return self._calls
-
-    def __call__(self, call: Callable[[], object], timeout_s: float) -> None:
-        done = threading.Event()
-        outcome: list[BaseException | None] = []
-        self._worker().put((call, outcome, done))
-        if not done.wait(timeout_s):
-            self._calls = None  # that thread is stuck in librdkafka: use a new one
-            self.abandoned += 1
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"transactional call still blocked after {timeout_s:.0f} s; fencing",
-                    fatal=True,
-                )
-            )
-        if outcome and outcome[0] is not None:
-            raise outcome[0]
-
-    def close(self) -> None:
-        if self._calls is not None:
-            self._calls.put(None)
-            self._calls = None
-
-
-def _serve(calls: queue.SimpleQueue[Any]) -> None:
-    while True:
-        item = calls.get()
-        if item is None:
-            return
-        call, outcome, done = item
-        try:
-            call()
-            outcome.append(None)
-        except BaseException as exc:  # handed to the caller's thread
-            outcome.append(exc)
-        finally:
-            done.set()
-
-
-class TransactionFailed(Exception):
-    """The open transaction could not commit; ``fenced``: the producer was replaced."""
-
-    def __init__(self, cause: BaseException, *, fenced: bool) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.fenced = fenced
-
-
 class ExactlyOnce:
-    """Forwards and consumed offsets commit together, one transaction per loop pass.
+    """Forwards and consumed offsets commit together in one transaction, which gathers
+    the forwards of the loop passes of up to ``txn_linger_ms``.
 
-    ``offsets()`` gives the delay-topic offsets to commit for the partitions the
-    transaction touched; ``on_commit(tps)`` / ``on_abort(starts, known)`` report the
-    outcome to the service (``starts``: where each touched partition must be read again).
+    A transaction commits, for each partition it touched, the offset after the last entry
+    sent in it (:meth:`ScheduleEngine.txn_offset`); a failed one is aborted (or its
+    producer fenced) and its partitions are read again from where it began (a failure
+    whose cause is not known: from the committed position, after a hold).
     """
 
     exactly_once = True
 
     def __init__(
         self,
-        publisher: Publisher,
+        host: Host,
+        config: Mapping[str, Any],
+        options: ScheduleServiceOptions,
         *,
-        group_metadata: Callable[[], Any],
-        offsets: Callable[[list[tuple[str, int]]], list[Any]],
-        on_commit: Callable[[list[tuple[str, int]]], None],
-        on_abort: Callable[[dict[tuple[str, int], int], bool], None],
-        running: Callable[[], bool],
+        errors: FatalErrorWatch | None = None,
+        make_publisher: Callable[..., Publisher] = Publisher,
         init_timeout_s: float = 30.0,
     ) -> None:
-        self.publisher = publisher
-        self._group_metadata = group_metadata
-        self._offsets = offsets
-        self._on_commit = on_commit
-        self._on_abort = on_abort
-        self._running = running
+        self.host = host
+        self.engine = host.engine
+        self.stats = host.stats
+        defaults: dict[str, Any] = {
+            "linger.ms": 5,
+            # after a commit the next transaction's first request is often answered
+            # CONCURRENT_TRANSACTIONS until the markers are written: ask again within
+            # 10 ms, not librdkafka's 100 ms
+            "retry.backoff.ms": 10,
+        }
+        if "message.timeout.ms" not in config:
+            # a crashed instance's open transaction blocks read_committed readers and the
+            # successor's offset fetch until it times out (a fresh transactional.id never
+            # fences it): keep that short, as Kafka Streams does (default 60 s)
+            defaults["transaction.timeout.ms"] = 10_000
+        self.publisher = make_publisher(
+            config,
+            what=PRODUCER_NAME,
+            on_result=self.on_result,
+            errors=errors,
+            defaults=defaults,
+            transactional_id=options.transactional_id or f"{options.group_id}-{uuid.uuid4().hex}",
+        )
+        self._linger_ms = options.txn_linger_ms
         self._init_timeout_s = init_timeout_s
+        self._consumer: Any = None
+        self._group_metadata: Callable[[], Any] | None = None
         self._call = TxnCaller("rmq-schedule-txn")
         self._open = False
-        self._starts: dict[tuple[str, int], int] = {}  # where each touched partition began
+        self._since: float | None = None  # when the open transaction's first pass ended
+        self._starts: dict[TP, int] = {}  # where each touched partition began
         self._failed = False
         self._known = True  # every failure in the transaction had a known cause
-        self.committed = 0
-        self.aborted = 0
         #: which transaction a record belongs to: a verdict served after its transaction
         #: ended (a purge of an aborted one, reported later) must not fail the next one
         self.epoch = 0
 
+    @staticmethod
+    def configure_consumer(cconf: dict[str, Any]) -> None:
+        require_setting(cconf, "enable.auto.commit", False, "commits follow the delivery")
+
     @property
-    def open(self) -> bool:
+    def transaction_open(self) -> bool:
         return self._open
 
-    def init(self) -> None:
+    def start(self, consumer: Any) -> None:
         """Register the transactional producer (fences an older instance with the same id);
         a failure raises here (``start()`` fails fast on a cluster without transactions or
         without the ``TransactionalId`` ACL)."""
+        self._consumer = consumer
+        self._group_metadata = consumer.consumer_group_metadata
         try:
             self.publisher.producer.init_transactions(self._init_timeout_s)
         except KafkaException as exc:
             raise client_error(exc, what="ScheduleService init_transactions") from exc
 
-    def mark_failed(self, *, known: bool) -> None:
-        """A record of the open transaction was refused: it must abort (``known``: the
-        service already knows what to do differently next time)."""
-        self._failed = True
-        self._known = self._known and known
-
-    def send(self, entry: Entry, record: OutRecord, token: Any, *, alone: bool) -> None:
-        """Produce into the open transaction (begun if needed).  ``alone``: the caller has
-        committed the transaction before; this one commits right after the record."""
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, copy: Copy) -> None:
+        """Produce into the open transaction (begun if needed).  A copy sent ``alone``
+        commits its neighbours' transaction first, and a transaction of its own right after
+        it: the verdict is then about it alone."""
+        if copy.alone and self._open:
+            self.finish()  # its neighbours commit without it
+            if not self.engine.current(copy.entry):
+                return  # that transaction failed: the entry is read again
+        # the transaction about to begin, or the open one
+        copy.epoch = self.epoch if self._open else self.epoch + 1
+        entry = copy.entry
+        self.engine.in_transaction(entry)
         if not self._open:
             self._begin()
         self._starts.setdefault(entry.tp, entry.offset)
-        self.publisher.send(record, token)
-        if alone:
-            self.finish()  # a transaction of its own: the verdict is about it alone
+        self.publisher.send(copy.record, copy)
+        if copy.alone:
+            self.finish()
 
     def _begin(self) -> None:
         self.epoch += 1
@@ -234,12 +387,69 @@ class ExactlyOnce:
             self.publisher.producer.begin_transaction()
         self._open = True
 
+    def on_result(self, copy: Copy, err: Any, local: bool) -> None:
+        """A refusal fails the open transaction; the refused entry is marked so that the
+        next attempt sends it differently (alone, to the DLQ, without its body)."""
+        if err is None or copy.epoch != self.epoch:
+            return  # settled by the commit, or a verdict on a transaction that ended
+        refused = self.host.refused(copy, err, local)
+        if refused is None:
+            return
+        step, text = refused
+        entry = copy.entry
+        mark = entry.mark or Mark()
+        if step is Escalation.SEND_ALONE:
+            mark = Mark(alone=True, refused=mark.refused, omit_body=mark.omit_body)
+        elif step is Escalation.DEAD_LETTER:
+            mark = Mark(alone=False, refused=text)
+        elif step is Escalation.OMIT_BODY:
+            mark = Mark(alone=False, refused=mark.refused or text, omit_body=True)
+        known = step is not Escalation.HOLD or is_unknown_topic(err)
+        if step is not Escalation.HOLD:
+            self.engine.mark(entry, mark)
+        self.mark_failed(known=known)
+
+    def mark_failed(self, *, known: bool) -> None:
+        """A record of the open transaction was refused: it must abort (``known``: the
+        service already knows what to do differently next time)."""
+        self._failed = True
+        self._known = self._known and known
+
+    def on_lookup_failed(self) -> None:
+        if self._open:
+            self.mark_failed(known=False)  # its entries are read again with the partition
+
+    # -- committing ------------------------------------------------------------------------
+    def end_pass(self, forwarded: bool) -> None:
+        """Commit once the transaction has gathered for ``txn_linger_ms`` (a transaction
+        per forward would make the commits, not the forwards, the cost)."""
+        if not self._open:
+            self._since = None
+            return
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if not forwarded or (now - self._since) * 1000 >= self._linger_ms:
+            self.finish()
+            self._since = None
+
+    def linger_s(self) -> float | None:
+        return self._linger_ms / 1000 if self._open else None
+
+    def store_offsets(self, offsets: tuple[tuple[TP, int], ...]) -> None:
+        pass  # offsets commit with the transaction that forwarded their entries
+
+    def settle(self, tps: list[TP]) -> None:
+        # forwards of this pass commit with their offsets while the partitions are ours;
+        # committed without them, the new owner would forward them a second time
+        self.finish()
+
     def finish(self) -> None:
-        """Commit the open transaction with its offsets; abort (or fence) and report on
-        failure.  The commit itself waits for the records' acknowledgements and serves
-        their delivery reports (a refused record fails it); a separate flush first would
-        make the loop wait for the acknowledgements and the offsets one after the other
-        (measured: a commit's p99 spent 11-109 ms in that flush)."""
+        """Commit the open transaction with its offsets; abort (or fence) and read its
+        partitions again on failure.  The commit itself waits for the records'
+        acknowledgements and serves their delivery reports (a refused record fails it); a
+        separate flush first would make the loop wait for the acknowledgements and the
+        offsets one after the other."""
         if not self._open:
             return
         tps = sorted(self._starts)
@@ -250,27 +460,42 @@ class ExactlyOnce:
                 )
             offsets = self._offsets(tps)
             if offsets:
+                assert self._group_metadata is not None
                 metadata = self._group_metadata()
                 producer = self.publisher.producer
-                self._txn_call(
+                repeat_pending(
+                    self._call,
                     lambda: producer.send_offsets_to_transaction(
                         offsets, metadata, TXN_CALL_TIMEOUT_S
-                    )
+                    ),
                 )
-            self._txn_call(lambda: self.publisher.producer.commit_transaction(TXN_CALL_TIMEOUT_S))
+            repeat_pending(
+                self._call, lambda: self.publisher.producer.commit_transaction(TXN_CALL_TIMEOUT_S)
+            )
         except KafkaException as exc:
             self._abort(exc)
         else:
             self._open = False
-            self.committed += 1
             starts, self._starts = self._starts, {}
             self._failed, self._known = False, True
-            self._on_commit(sorted(starts))
+            self._committed(sorted(starts))
+
+    def _offsets(self, tps: list[TP]) -> list[Any]:
+        out = []
+        for tp in tps:
+            offset = self.engine.txn_offset(tp)
+            if offset is not None:
+                out.append(TopicPartition(tp[0], tp[1], offset))
+        return out
+
+    def _committed(self, tps: list[TP]) -> None:
+        self.stats.transactions_committed += 1
+        for tp in tps:
+            self.engine.txn_committed(tp)
 
     def _abort(self, exc: KafkaException) -> None:
         known = self._known and self._failed
         log.warning("transaction failed (%s): aborting, reading its partitions again", exc)
-        self.aborted += 1
         err = exc.args[0] if exc.args else None
         aborted = isinstance(err, KafkaError) and err.txn_requires_abort() and self._try_abort()
         if not aborted:
@@ -281,31 +506,34 @@ class ExactlyOnce:
         self._open = False
         starts, self._starts = self._starts, {}
         self._failed, self._known = False, True
-        self._on_abort(starts, known)
+        self._aborted(starts, known)
+
+    def _aborted(self, starts: dict[TP, int], known: bool) -> None:
+        """Read the failed transaction's partitions again from where it began (``known``:
+        at once, its refusals are marked; else after a hold, from the committed position,
+        which waits for a fenced producer's transaction to end)."""
+        self.stats.transactions_aborted += 1
+        engine = self.engine
+        now_ms = self.host.clock.now_ms()
+        rewinds: list[ScheduleAction] = []
+        for tp, start in starts.items():
+            if not engine.owns(tp):
+                continue
+            offset = start if known else committed_position(self._consumer, tp, start)
+            rewind = engine.rewind(tp, offset, now_ms, hold_ms=0 if known else None)
+            if rewind is not None:
+                rewinds.append(rewind)
+        self.host.apply(rewinds)
 
     def _try_abort(self) -> bool:
         try:
-            self._txn_call(lambda: self.publisher.producer.abort_transaction(TXN_CALL_TIMEOUT_S))
+            repeat_pending(
+                self._call, lambda: self.publisher.producer.abort_transaction(TXN_CALL_TIMEOUT_S)
+            )
         except KafkaException as exc:
             log.error("abort_transaction failed: %s", exc)
             return False
         return True
-
-    def _txn_call(self, call: Callable[[], object]) -> None:
-        """Repeat a call while it fails retriably (its result is still pending), a bounded
-        number of times; then let the caller abort or fence."""
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(TXN_CALL_ATTEMPTS),
-            retry=tenacity.retry_if_exception(_pending_retriable),
-            wait=tenacity.wait_fixed(TXN_CALL_PAUSE_S),
-            before_sleep=lambda st: log.warning(
-                "transactional call pending (attempt %d: %s); repeating it",
-                st.attempt_number,
-                st.outcome.exception() if st.outcome else None,
-            ),
-            reraise=True,
-        )
-        retrying(self._call, call, TXN_CALL_TIMEOUT_S + TXN_CALL_GRACE_S)
 
     def _fence(self) -> None:
         """Replace the producer with a fresh one (same ``transactional.id``): the old one's
@@ -333,7 +561,7 @@ class ExactlyOnce:
             try:
                 return call()
             except KafkaException:
-                if fence_on_error and self._running():
+                if fence_on_error and self.host.running():
                     self.publisher.replace_producer()
                 raise
 
@@ -349,9 +577,10 @@ class ExactlyOnce:
         self._call.close()
 
 
-def _pending_retriable(exc: BaseException) -> bool:
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort()
-
-
 _NEVER = threading.Event()
+
+#: The strategy of each delivery guarantee.
+DELIVERIES: dict[DeliveryGuarantee, type[AtLeastOnce] | type[ExactlyOnce]] = {
+    DeliveryGuarantee.AT_LEAST_ONCE: AtLeastOnce,
+    DeliveryGuarantee.EXACTLY_ONCE: ExactlyOnce,
+}
