@@ -10,6 +10,7 @@ checks the outcome and exits non-zero if anything is missing.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import uuid
@@ -45,11 +46,16 @@ class DemoListener:
     def __init__(self, t0: float) -> None:
         self.t0 = t0
         self.lock = threading.Lock()
+        self.print_lock = threading.Lock()
         self.deliveries: Counter[str] = Counter()
         self.done: set[str] = set()
 
     def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.t0:6.2f}s] {text}", flush=True)
+        """One whole line at a time: listener threads and the main thread never interleave."""
+        line = f"[{time.monotonic() - self.t0:6.2f}s] {text}\n"
+        with self.print_lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
     def consume_message(self, msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> Any:
         bodies = [m.body.decode() for m in msgs]
@@ -168,7 +174,7 @@ def _run(bootstrap: str) -> int:
                     else {},
                 )
             )
-        print(f"sent {len(bodies)} messages", flush=True)
+        listener.say(f"sent {len(bodies)} messages")
         expected_done = {b for b in bodies if b not in ("poison", "dlq-now")}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -146,7 +146,11 @@ def judge(result: object, ctx: ConsumeConcurrentlyContext, size: int) -> Outcome
     if not split.failed:
         return None
     if failure is None:
-        if status is _LATER:
+        if level < 0:  # the listener sends these to the DLQ itself: say that, not the index
+            failure = Failure(
+                "DeadLetterRequested", f"listener set delay_level_when_next_consume={level}"
+            )
+        elif status is _LATER:
             failure = Failure("RECONSUME_LATER", "listener returned RECONSUME_LATER")
         else:
             failure = Failure("NotAcknowledged", f"CONSUME_SUCCESS with ack_index={ack}")

@@ -260,3 +260,22 @@ def test_an_ack_index_outside_the_batch_is_named_and_clamped(
     ack: object, size: int, says: str | None
 ) -> None:
     assert ack_index_clamped(ack, size) == says
+
+
+def test_a_dead_letter_the_listener_asked_for_says_so() -> None:
+    """The demo's dlq-now was described as ``CONSUME_SUCCESS with ack_index=-1``."""
+    from adapter.core.codec import Failure
+    from adapter.core.listener import ConsumeConcurrentlyContext, judge
+
+    ctx = ConsumeConcurrentlyContext(None)  # type: ignore[arg-type]
+    ctx.ack_index = -1
+    ctx.delay_level_when_next_consume = -1
+    outcome = judge(ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ctx, 1)
+    assert outcome is not None
+    assert outcome.failure == Failure(
+        "DeadLetterRequested", "listener set delay_level_when_next_consume=-1"
+    )
+    # a real failure keeps its own name
+    ctx.delay_level_when_next_consume = -1
+    raised = judge(ValueError("no"), ctx, 1)
+    assert raised is not None and raised.failure.type == "ValueError"
