@@ -237,3 +237,35 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, brokers: int = 1) -> I
             print(f"RMQ_DOCKER_KEEP=1: stack {project} left running (data in {data})")
         else:
             run([str(DOCKER / "down.sh"), "--purge"], 300, env)
+
+
+#: the metrics contract (name -> labels); histograms are listed by their family name
+CONSUMER_METRICS = {
+    "rmq_consumer_messages_total": {"group", "topic", "result"},
+    "rmq_consumer_listener_duration_seconds": {"group", "topic"},
+    "rmq_consumer_batches_running": {"group"},
+    "rmq_consumer_messages_in_flight": {"group", "topic"},
+    "rmq_consumer_partitions_paused": {"group"},
+    "rmq_consumer_send_backs_total": {"group", "topic", "level"},
+    "rmq_consumer_dead_letters_total": {"group", "topic", "reason"},
+    "rmq_consumer_send_back_failures_total": {"group", "topic"},
+    "rmq_consumer_local_retries_total": {"group", "topic"},
+    "rmq_consumer_consume_timeouts_total": {"group", "topic"},
+    "rmq_consumer_lag_messages": {"group", "topic", "partition"},
+}
+SCHEDULE_METRICS = {
+    "rmq_schedule_forwarded_total": {"group", "level"},
+    "rmq_schedule_lateness_seconds": {"group", "level"},
+    "rmq_schedule_entries_waiting": {"group", "level"},
+    "rmq_schedule_oldest_due_timestamp_seconds": {"group", "level"},
+    "rmq_schedule_transactions_total": {"group", "outcome"},
+    "rmq_schedule_dead_letters_total": {"group", "reason"},
+}
+PRODUCER_METRICS = {
+    "rmq_producer_messages_sent_total": {"topic"},
+    "rmq_producer_send_failures_total": {"topic", "error"},
+    "rmq_producer_retries_total": {"topic"},
+    "rmq_producer_flow_control_backoffs_total": {"topic"},
+}
+ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS}
+HISTOGRAMS = {"rmq_consumer_listener_duration_seconds", "rmq_schedule_lateness_seconds"}

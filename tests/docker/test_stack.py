@@ -1,4 +1,5 @@
-"""The Docker stack (``docker/compose.yaml``) end to end, plus static checks of its files.
+"""The Docker stack (``docker/compose.yaml``) end to end (its files' static checks are in
+``tests/unit/test_docker_files.py``).
 
 The ``docker`` tests are opt-in: they run only with ``RMQ_DOCKER_TESTS=1`` and a reachable
 Docker engine (and ``docker compose`` or ``docker-compose``), and are skipped with the reason
@@ -32,16 +33,14 @@ from typing import Any
 import pytest
 
 from tests.docker.harness import (
-    COMPOSE_FILE,
-    DOCKER,
+    CONSUMER_METRICS,
+    SCHEDULE_METRICS,
     Stack,
     http_json,
     http_text,
     start_stack,
     wait_for,
 )
-
-DASHBOARD = DOCKER / "grafana" / "rmq-kafka-dashboard.json"
 
 GROUP = "example"
 TOPIC = "orders"
@@ -50,88 +49,6 @@ MAX_RECONSUME_TIMES = 2
 N_OK = 10
 N_FAIL = 2
 DLQ_REASON = "MAX_RECONSUME_TIMES"
-
-#: the metrics contract (name -> labels); histograms are listed by their family name
-CONSUMER_METRICS = {
-    "rmq_consumer_messages_total": {"group", "topic", "result"},
-    "rmq_consumer_listener_duration_seconds": {"group", "topic"},
-    "rmq_consumer_batches_running": {"group"},
-    "rmq_consumer_messages_in_flight": {"group", "topic"},
-    "rmq_consumer_partitions_paused": {"group"},
-    "rmq_consumer_send_backs_total": {"group", "topic", "level"},
-    "rmq_consumer_dead_letters_total": {"group", "topic", "reason"},
-    "rmq_consumer_send_back_failures_total": {"group", "topic"},
-    "rmq_consumer_local_retries_total": {"group", "topic"},
-    "rmq_consumer_consume_timeouts_total": {"group", "topic"},
-    "rmq_consumer_lag_messages": {"group", "topic", "partition"},
-}
-SCHEDULE_METRICS = {
-    "rmq_schedule_forwarded_total": {"group", "level"},
-    "rmq_schedule_lateness_seconds": {"group", "level"},
-    "rmq_schedule_entries_waiting": {"group", "level"},
-    "rmq_schedule_oldest_due_timestamp_seconds": {"group", "level"},
-    "rmq_schedule_transactions_total": {"group", "outcome"},
-    "rmq_schedule_dead_letters_total": {"group", "reason"},
-}
-PRODUCER_METRICS = {
-    "rmq_producer_messages_sent_total": {"topic"},
-    "rmq_producer_send_failures_total": {"topic", "error"},
-    "rmq_producer_retries_total": {"topic"},
-    "rmq_producer_flow_control_backoffs_total": {"topic"},
-}
-ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS}
-HISTOGRAMS = {"rmq_consumer_listener_duration_seconds", "rmq_schedule_lateness_seconds"}
-
-# --------------------------------------------------------------------------------------------
-# static checks (no engine needed)
-# --------------------------------------------------------------------------------------------
-
-
-def _series_names(expr: str) -> set[str]:
-    return set(re.findall(r"\b(rmq_[a-z_]+)\b", expr))
-
-
-def _family(series: str) -> str:
-    for suffix in ("_bucket", "_sum", "_count"):
-        base = series.removesuffix(suffix)
-        if base != series and base in HISTOGRAMS:
-            return base
-    return series
-
-
-@pytest.mark.unit
-def test_dashboard_uses_exactly_the_metrics_contract() -> None:
-    dash = json.loads(DASHBOARD.read_text("utf-8"))
-    panels = [p for p in dash["panels"] if p["type"] != "row"]
-    ids = [p["id"] for p in dash["panels"]]
-    assert len(ids) == len(set(ids)), "panel ids must be unique"
-    used: set[str] = set()
-    for panel in panels:
-        assert panel["targets"], f"panel {panel['title']!r} has no query"
-        for target in panel["targets"]:
-            names = _series_names(target["expr"])
-            assert names, f"panel {panel['title']!r}: {target['expr']!r} names no rmq_ metric"
-            for name in names:
-                assert _family(name) in ALL_METRICS, f"{panel['title']!r}: unknown metric {name}"
-                if name in HISTOGRAMS:
-                    pytest.fail(f"{panel['title']!r}: histogram {name} without _bucket/_sum/_count")
-            used |= {_family(n) for n in names}
-    assert used == set(ALL_METRICS), f"not on the dashboard: {sorted(set(ALL_METRICS) - used)}"
-    variables = {v["name"] for v in dash["templating"]["list"]}
-    assert {"datasource", "group", "topic"} <= variables
-
-
-@pytest.mark.unit
-def test_prometheus_scrapes_the_compose_services() -> None:
-    prom = (DOCKER / "prometheus" / "prometheus.yml").read_text("utf-8")
-    compose = COMPOSE_FILE.read_text("utf-8")
-    assert '"schedule-service:9400"' in prom and '"example-consumer:9401"' in prom
-    services = ("broker", "schedule-service", "example-consumer", "spark-metrics", "prometheus")
-    for service in services:
-        assert re.search(rf"^  {re.escape(service)}:$", compose, re.M), service
-    # every published port is bound to the loopback interface
-    published = re.findall(r'^\s+- "([^"]*:\d+)"$', compose, re.M)
-    assert published and all(p.startswith("127.0.0.1:") for p in published), published
 
 
 # --------------------------------------------------------------------------------------------
