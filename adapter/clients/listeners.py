@@ -1,8 +1,8 @@
 """Running a push consumer's listener: inline on the poll thread or on worker threads.
 
-A thread hand-off per batch costs more than everything else a fast listener does (measured:
-a no-op listener at batch 32 reached 0.92 of a raw confluent-kafka loop inline and 0.52
-with a hand-off per batch), while a listener that blocks needs threads.
+A thread hand-off per batch costs more than everything else a fast listener does (a no-op
+listener runs at nearly twice the rate inline; BENCHMARKS.md), while a listener that blocks
+needs threads.
 :class:`ConcurrentRunner` therefore lets :class:`~adapter.core.listener.InlinePolicy`
 choose per fetched run (``listener_mode``): on the poll thread while the listener is fast,
 on ``consume_thread_max`` workers as soon as it is not.  Inline runs report to the engine

@@ -86,8 +86,8 @@ __all__ = [
 _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 #: Records taken per ``consume()`` while the listener runs inline.  A fetch's records and
 #: their views stay under the garbage collector's young-generation threshold (700 live
-#: allocations), so no collection runs on the hot path (measured: 500 per fetch ran about
-#: 1100 collections per 600 k messages and was 20-40 % slower than 128, which ran none).
+#: allocations), so no collection runs on the hot path (larger fetches ran young-generation
+#: collections on it and were markedly slower; BENCHMARKS.md).
 FETCH_SIZE = 128
 
 

@@ -120,8 +120,8 @@ def pause_change(
 
     The gap between the two is deliberate: resuming a Kafka partition throws away what
     librdkafka had fetched ahead for it, so a partition resumed the moment it dipped under
-    a limit was paused again a batch later and fetched everything twice (measured on the
-    SimpleConsumer: 47 pause/resume cycles per 100 000 messages, at a ninth of the
+    a limit was paused again a batch later and fetched everything twice (the SimpleConsumer
+    then cycled pause/resume dozens of times per 100 000 messages, at a fraction of its
     throughput).  RocketMQ gets the same effect from waiting 50 ms before the next pull.
     ``part`` is any engine's partition state with a ``paused`` flag."""
     if part.paused:

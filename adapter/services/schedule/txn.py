@@ -27,16 +27,15 @@ log = logging.getLogger("adapter.schedule")
 
 #: Bound on one transactional call.  A call that times out is repeated (librdkafka goes on
 #: with the same commit), so a short slice lets forwarding resume as soon as a moved
-#: transaction coordinator answers: with one 10 s slice, a coordinator's broker killed -9
-#: stalled forwarding 18.6 s on a three-node cluster (the slice that timed out, then the
-#: next); in 2 s slices it resumes once the coordinator moved (its broker's session timeout
-#: and the new leader loading the transaction log).
+#: transaction coordinator answers: with one long slice, a coordinator's broker killed -9
+#: stalled forwarding for the slice that timed out and then the next; in short slices it
+#: resumes once the coordinator moved (its broker's session timeout and the new leader
+#: loading the transaction log).  BENCHMARKS.md, "Cluster failover", has the figures.
 TXN_CALL_TIMEOUT_S = 2.0
 #: librdkafka may overrun its own timeout (librdkafka#5456: ``send_offsets_to_transaction``
 #: waits for a coordinator that went away until one answers again).  Our deadline leaves
-#: room for a coordinator to move (measured: with 5 s the watchdog fenced the producer in
-#: the middle of the move, and the fresh producer's registration waited for the old
-#: transaction to end: 14.7 s without forwarding).
+#: room for a coordinator to move: a shorter one fenced the producer in the middle of the
+#: move, and the fresh producer's registration then waited for the old transaction to end.
 TXN_CALL_GRACE_S = 10.0
 #: Pause between repeats of a pending call (a coordinator that is down fails it at once).
 TXN_CALL_PAUSE_S = 0.25
