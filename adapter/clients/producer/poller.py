@@ -6,8 +6,8 @@ there.  While a thread keeps calling ``send_async``, that thread serves the repo
 are ready at each call (:meth:`Poller.serve_inline`, as a raw confluent-kafka loop calls
 ``poll(0)`` after ``produce``) and the poll thread steps aside: a report served on the poll
 thread costs a hand-off of the GIL between two busy threads, which costs more throughput
-than everything else the send does.  A synchronous send whose record is the only one in flight flushes it itself
-(:meth:`Poller.push`).
+than everything else the send does.  A synchronous send whose record is the only one in
+flight flushes it itself (:meth:`Poller.push`).
 """
 
 from __future__ import annotations
