@@ -27,6 +27,7 @@ from adapter.constants import ANY_PARTITION, HOP_MESSAGE_MAX_BYTES
 from adapter.core.hops import OutRecord
 from adapter.io.config import producer_config, require_setting
 from adapter.io.errors import FatalErrorWatch, make_client
+from adapter.io.protocols import ProducerFactory
 
 log = logging.getLogger("adapter.publisher")
 
@@ -35,7 +36,9 @@ ResultCallback = Callable[[Any, Any, bool], None]
 
 
 class Publisher:
-    """Produces copies for one client; see the module docstring."""
+    """Produces copies for one client; see the module docstring.  ``producer_factory``
+    creates its producers from their config dicts (confluent-kafka's ``Producer`` unless a
+    test says)."""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class Publisher:
         errors: FatalErrorWatch | None = None,
         defaults: Mapping[str, Any] | None = None,
         transactional_id: str | None = None,
+        producer_factory: ProducerFactory = KafkaProducer,
     ) -> None:
         conf = producer_config(config)
         if errors is not None:
@@ -65,6 +69,7 @@ class Publisher:
         self.config = conf
         self.what = what
         self._on_result = on_result
+        self._factory = producer_factory
         self._producer: Any = None
         self._alone: Any = None
 
@@ -73,7 +78,7 @@ class Publisher:
     def producer(self) -> Any:
         """The batching producer (created on first use)."""
         if self._producer is None:
-            self._producer = make_client(KafkaProducer, dict(self.config), what=self.what)
+            self._producer = make_client(self._factory, dict(self.config), what=self.what)
         return self._producer
 
     def replace_producer(self) -> Any:
@@ -92,7 +97,7 @@ class Publisher:
         if self._alone is None:
             conf = {k: v for k, v in self.config.items() if not k.startswith("transaction")}
             conf.update({"batch.num.messages": 1, "linger.ms": 0})
-            self._alone = make_client(KafkaProducer, conf, what=f"{self.what} (single records)")
+            self._alone = make_client(self._factory, conf, what=f"{self.what} (single records)")
         return self._alone
 
     # -- producing -------------------------------------------------------------------------

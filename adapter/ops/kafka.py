@@ -25,8 +25,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin import _listoffsets as _offset_specs
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from adapter.core.headers import HeaderView
@@ -68,7 +67,7 @@ _RETRIABLE: Final = frozenset(
 )
 _NO_ANSWER: Final = _UNREACHABLE | {KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: ``OffsetSpec`` (untyped in confluent-kafka): earliest / latest / for_timestamp.
-_SPEC: Any = _offset_specs.OffsetSpec
+_SPEC: Any = OffsetSpec
 
 
 def principal(config: Mapping[str, Any]) -> str:

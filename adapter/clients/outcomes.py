@@ -1,0 +1,246 @@
+"""What became of consumed messages: a consumer's counters, and the broker's verdicts on
+the copies it sent back (retry levels, the retry topic, the DLQ), and its trace events.
+
+:class:`ConsumerStats` is written on the loop thread only (any thread may take a
+``snapshot()``).  :class:`SendBackResults` takes each verdict the
+:class:`~adapter.io.publisher.Publisher` reports: an acknowledged copy settles its
+message's offset and is counted; a refused one goes back to the engine, which answers with
+what to do next (send it again alone, to the DLQ, without its body, or consume it again
+locally later).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from adapter.core import hops
+from adapter.core.clock import Clock
+from adapter.core.codec import Failure
+from adapter.core.engine import Action, SendBack
+from adapter.core.engine.actions import TraceInfo
+from adapter.core.message import MessageExt
+from adapter.core.publishing import Refusal
+from adapter.core.routing import DeadLetter, Destination, RetryLater, RetryNow
+from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, TopicStats
+from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
+from adapter.io.errors import error_text, refusal_of
+
+__all__ = ["ConsumerStats", "ConsumerTracer", "Emit", "PublishOutcomes", "SendBackResults"]
+
+log = logging.getLogger("adapter.consumer")
+
+
+class ConsumerStats:
+    """Counters per logical topic, a listener-time histogram; written on the loop thread."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicStats] = {}
+        self.listener_seconds: dict[str, Histogram] = {}
+        self.send_backs: dict[tuple[str, int], int] = {}  # (topic, level) -> acknowledged
+        self.dead_letters: dict[tuple[str, str], int] = {}  # (topic, reason) -> acknowledged
+
+    def topic(self, name: str) -> TopicStats:
+        st = self.topics.get(name)
+        if st is None:
+            st = self.topics[name] = TopicStats()
+            self.listener_seconds[name] = Histogram(LATENCY_BUCKETS_S)
+        return st
+
+    def batches(
+        self, topic: str, *, ok: int, failed: int, rt_total_s: float, rt_max_s: float, n: int
+    ) -> None:
+        st = self.topic(topic)
+        st.consume_ok += ok
+        st.consume_failed += failed
+        st.rt_total_ms += rt_total_s * 1000
+        st.rt_count += n
+        st.rt_max_ms = max(st.rt_max_ms, rt_max_s * 1000)
+
+    def snapshot(self) -> dict[str, TopicStats]:
+        return {t: replace(s) for t, s in list(self.topics.items())}
+
+
+class PublishOutcomes(Protocol):
+    """What :class:`SendBackResults` tells the engine (see :mod:`adapter.core.engine`)."""
+
+    def published(self, action: SendBack) -> None: ...
+    def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]: ...
+
+
+class Emit(Protocol):
+    """Hands one consumer trace event to the sink (``GroupConsumer.emit``)."""
+
+    def __call__(
+        self,
+        msg: MessageExt,
+        status: TraceStatus,
+        info: TraceInfo | None,
+        failure: Failure | None = None,
+        dest: Any = None,
+    ) -> None: ...
+
+
+class ConsumerTracer:
+    """Builds one member's consumer trace events and hands them to its sink (tracing is
+    opt-in; a failing sink is logged and never breaks consuming)."""
+
+    def __init__(self, sink: TraceSink | None, *, name: str, group: str, clock: Clock) -> None:
+        self.sink = sink
+        self.name = name
+        self.group = group
+        self.clock = clock
+
+    def emit(
+        self,
+        msg: MessageExt,
+        status: TraceStatus,
+        info: TraceInfo | None,
+        failure: Failure | None = None,
+        dest: Any = None,
+    ) -> None:
+        """Hand one trace event to the sink (tracing is opt-in; it never breaks consuming)."""
+        assert self.sink is not None
+        info = info or TraceInfo(1, 0, None, None)
+        event = TraceEvent(
+            event_time_ms=self.clock.now_ms(),
+            source="consumer",
+            group=self.group,
+            topic=msg.topic,
+            partition=msg.queue_id,
+            offset=msg.queue_offset,
+            msg_id=msg.msg_id,
+            origin_msg_id=msg.origin_message_id,
+            status=status,
+            reconsume_times=msg.reconsume_times,
+            tags=msg.tags,
+            keys=msg.keys,
+            batch_size=info.batch_size,
+            batch_index=info.batch_index,
+            ack_index=info.ack_index,
+            delay_level=dest.level if isinstance(dest, RetryLater) else None,
+            consume_rt_ms=info.rt_ms,
+            born_timestamp_ms=msg.born_timestamp,
+            origin_born_timestamp_ms=msg.origin_born_timestamp,
+            store_timestamp_ms=msg.store_timestamp,
+            consume_timestamp_ms=msg.consume_start_time,
+            failure_type=failure.type if failure else None,
+            failure_message=failure.truncated() if failure else None,
+            dlq_reason=dest.reason.value if isinstance(dest, DeadLetter) else None,
+        )
+        try:
+            self.sink(event)
+        except Exception:
+            log.exception("%s: trace sink failed", self.name)
+
+
+class SendBackResults:
+    """The broker's verdicts on one consumer's send-back copies, and their counters.
+
+    ``apply`` carries out the engine's next actions for a refused copy (the group member's
+    ``apply``); ``emit`` is set while tracing is on."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        engine: PublishOutcomes,
+        topics: hops.GroupTopics,
+        stats: ConsumerStats,
+        clock: Clock,
+        apply: Callable[[list[Action]], None],
+        emit: Emit | None = None,
+    ) -> None:
+        self.name = name
+        self.engine = engine
+        self.topics = topics
+        self.stats = stats
+        self.clock = clock
+        self.apply = apply
+        self.emit = emit
+
+    def on_result(self, action: SendBack, err: Any, local: bool) -> None:
+        """The broker's verdict on a copy (runs on the loop thread, inside ``poll``):
+        ``err`` is ``None`` once acknowledged; ``local``: refused before it was sent."""
+        if err is not None:
+            self.refused(action, err, local)
+            return
+        msg = action.msg
+        dest = action.dest
+        self.engine.published(action)
+        stats = self.stats
+        topic = msg.topic
+        if isinstance(dest, DeadLetter):
+            stats.topic(topic).dead_lettered += 1
+            reason = (topic, dest.reason.value)
+            stats.dead_letters[reason] = stats.dead_letters.get(reason, 0) + 1
+            log.warning(
+                "%s: message %s moved to %s (%s)",
+                self.name,
+                msg.msg_id,
+                self.topics.dlq_topic,
+                dest.reason.value,
+            )
+        else:
+            stats.topic(topic).sent_back += 1
+            key = (topic, dest.level if isinstance(dest, RetryLater) else 0)
+            stats.send_backs[key] = stats.send_backs.get(key, 0) + 1
+        if self.emit is not None:
+            status = TraceStatus.DLQ if isinstance(dest, DeadLetter) else TraceStatus.RETRY
+            self.emit(msg, status, action.info, action.failure, dest)
+
+    def refused(self, action: SendBack, err: Any, local: bool) -> None:
+        """A refused copy: the engine says what follows (nothing: consumed again locally)."""
+        msg = action.msg
+        dest = action.dest
+        st = self.stats.topic(msg.topic)
+        if local:
+            action.alone = True  # refused before sending: the verdict is about it alone
+        refusal = refusal_of(err)
+        text = error_text(err)
+        nxt = self.engine.publish_failed(action, refusal, self.clock.monotonic())
+        if not nxt:
+            st.send_back_failed += 1
+            st.local_retries += 1
+            log.warning(
+                "%s: copy of %s to %s failed (%s); consumed again locally later, offset held",
+                self.name,
+                msg.msg_id,
+                where(dest, self.topics),
+                text,
+            )
+        for step in nxt:
+            if isinstance(step, SendBack) and step.omit_body and not action.omit_body:
+                log.error(
+                    "%s: the broker refuses the dead-letter copy of %s too (%s); sending it to "
+                    "%s without its %d-byte body (left at %s[%d]@%d)",
+                    self.name,
+                    msg.msg_id,
+                    text,
+                    self.topics.dlq_topic,
+                    len(msg.body),
+                    msg.kafka_topic,
+                    msg.queue_id,
+                    msg.queue_offset,
+                )
+            elif isinstance(step, SendBack) and step.dest is not dest:
+                st.send_back_failed += 1
+                log.error(
+                    "%s: the broker refuses the retry copy of %s (%s); sending it to %s",
+                    self.name,
+                    msg.msg_id,
+                    text,
+                    self.topics.dlq_topic,
+                )
+        self.apply(nxt)
+
+
+def where(dest: Destination, topics: hops.GroupTopics) -> str:
+    """Where a copy to ``dest`` goes, for log lines."""
+    if isinstance(dest, RetryLater):
+        return f"level {dest.level}"
+    if isinstance(dest, RetryNow):
+        return topics.retry_topic
+    return topics.dlq_topic
