@@ -239,6 +239,8 @@ class GroupConsumer:
         )
         self.publisher.producer  # noqa: B018 - created now: a bad config fails start()
         topics = list(self.filters)
+        # before subscribing: what is sent from now on is read, even to a topic created later
+        self.starts.take_ends(self._consumer, topics)
         if self.settings.clustering:
             self._consumer.subscribe(
                 topics,

@@ -13,7 +13,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
-from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
+from adapter.core.offsets import ConsumeFromWhere, StartAt, end_at_start, first_start
+from adapter.core.types import TP
 from adapter.io.offsets import LOOKUP_TIMEOUT_S, committed_offsets
 
 __all__ = ["StartPositions"]
@@ -37,6 +38,40 @@ class StartPositions:
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = consume_timestamp_ms
         self.retry_kafka = retry_kafka
+        #: where each partition of the subscribed topics ended when the member started
+        #: (``None``: not taken; an end start is then looked up on assignment)
+        self.ends_at_start: dict[TP, int] | None = None
+        #: topics whose ends could not be read at start (the old rule applies to them)
+        self.unknown_at_start: set[str] = set()
+
+    def take_ends(self, consumer: Any, kafka_topics: list[str]) -> None:
+        """Remember where each partition of ``kafka_topics`` ends now, before subscribing.
+
+        A partition that starts "at its end" (``CONSUME_FROM_LAST_OFFSET``) then starts where
+        it ended when the member started, and a partition that did not exist yet (a topic
+        created after ``start()``) at its beginning: whatever was sent after ``start()`` is
+        read, however late the assignment or the topic came.  A failed lookup leaves the old
+        rule (the end at assignment) for the topic concerned."""
+        if first_start(self.consume_from_where, retry_topic=False) is not StartAt.END:
+            return
+        ends: dict[TP, int] = {}
+        for topic in kafka_topics:
+            if topic == self.retry_kafka:
+                continue
+            try:
+                md = consumer.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S)
+                tmd = md.topics.get(topic)
+                if tmd is None or tmd.error is not None:
+                    continue  # not there yet: every partition it gets starts at its beginning
+                for partition in tmd.partitions:
+                    _, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=LOOKUP_TIMEOUT_S
+                    )
+                    ends[(topic, partition)] = int(high)
+            except KafkaException as exc:
+                log.warning("%s: end offsets of %s at start: %s", self.name, topic, exc)
+                self.unknown_at_start.add(topic)
+        self.ends_at_start = ends
 
     def resolve(self, consumer: Any, partitions: list[Any]) -> list[Any]:
         """Set where each of ``partitions`` starts (their ``offset``); returns the start
@@ -65,6 +100,10 @@ class StartPositions:
         start = first_start(self.consume_from_where, retry_topic=topic == self.retry_kafka)
         if start is StartAt.BEGINNING:
             return OFFSET_BEGINNING
+        if start is StartAt.END and self.ends_at_start is not None:
+            known = end_at_start(self.ends_at_start, self.unknown_at_start, (topic, partition))
+            if known is not None:
+                return known
         try:
             if start is StartAt.TIMESTAMP:
                 ts = self.consume_timestamp_ms or 0

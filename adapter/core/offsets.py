@@ -6,9 +6,11 @@ The in-flight offsets themselves are tracked by the engines (:mod:`adapter.core.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from enum import Enum
 
+from adapter.core.types import TP
 from adapter.errors import ConfigError
 
 
@@ -86,3 +88,18 @@ def consume_from_where_of(
     if str(auto_offset_reset).lower() in ("earliest", "smallest", "beginning"):
         return ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
     return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+
+
+#: ``end_at_start``'s answer for a partition that did not exist when the member started.
+FROM_BEGINNING = -2  # librdkafka's OFFSET_BEGINNING
+
+
+def end_at_start(ends: Mapping[TP, int], unknown: Set[str], tp: TP) -> int | None:
+    """Where a partition starts "at its end" for a member that noted ``ends`` (partition ->
+    end offset) of its subscribed topics when it started: that end; the beginning
+    (:data:`FROM_BEGINNING`) for a partition that did not exist then, so nothing sent after
+    the start is skipped; ``None`` (look the end up now) for a topic in ``unknown``, whose
+    ends could not be read.  Pure."""
+    if tp[0] in unknown:
+        return None
+    return ends.get(tp, FROM_BEGINNING)

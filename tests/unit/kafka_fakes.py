@@ -243,11 +243,16 @@ class FakeAdmin:
 class Factory:
     """A client factory that remembers every client it made."""
 
-    def __init__(self, cls: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(
+        self, cls: Callable[[dict[str, Any]], Any], setup: Callable[[Any], None] | None = None
+    ) -> None:
         self.cls = cls
+        self.setup = setup  # called on each new client: what the cluster holds already
         self.made: list[Any] = []
 
     def __call__(self, config: dict[str, Any]) -> Any:
         client = self.cls(config)
+        if self.setup is not None:
+            self.setup(client)
         self.made.append(client)
         return client

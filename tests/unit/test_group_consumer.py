@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
 from adapter.clients.listeners import ConcurrentRunner
@@ -48,9 +48,16 @@ class Member:
         fail: set[bytes] | None = None,
         store_dir: Path | None = None,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        existing: dict[tuple[str, int], tuple[int, int]] | None = None,
     ) -> None:
         self.clock = FakeClock()
-        self.consumers = Factory(FakeConsumer)
+
+        def cluster(consumer: FakeConsumer) -> None:  # what exists when the member starts
+            for (topic, partition), marks in (existing or {}).items():
+                consumer.topics[topic] = max(consumer.topics.get(topic, 0), partition + 1)
+                consumer.watermarks[(topic, partition)] = marks
+
+        self.consumers = Factory(FakeConsumer, cluster)
         self.producers = Factory(FakeProducer)
         self.admins = Factory(FakeAdmin)
         self.received: list[bytes] = []
@@ -116,14 +123,34 @@ def _opened(**kwargs: Any) -> Member:
     return m
 
 
-def test_a_new_partition_starts_at_the_log_end_and_that_start_is_committed() -> None:
-    m = Member()
+def test_a_new_group_starts_where_the_partition_ended_at_start_and_commits_it() -> None:
+    m = Member(existing={(TOPIC, 0): (3, 10)})
     m.group.open()
-    m.consumer.watermarks[(TOPIC, 0)] = (3, 10)
+    m.consumer.watermarks[(TOPIC, 0)] = (3, 14)  # four more sent before the assignment came
     m.consumer.rebalance("assign", [(TOPIC, 0)])
-    assert m.consumer.assigned == {(TOPIC, 0): 10}
+    assert m.consumer.assigned == {(TOPIC, 0): 10}  # those four are read
     assert m.consumer.commits == [{(TOPIC, 0): 10}]  # a restart resumes there
     assert m.group.owned() == [(TOPIC, 0)]
+
+
+def test_a_topic_created_after_start_is_read_from_its_beginning() -> None:
+    """The README's pattern: subscribe, start, then send to a topic that did not exist."""
+    m = Member()  # TOPIC does not exist when the member starts
+    m.group.open()
+    m.consumer.topics[TOPIC] = 2
+    m.consumer.watermarks[(TOPIC, 0)] = (0, 5)
+    m.consumer.watermarks[(TOPIC, 1)] = (0, 3)
+    m.consumer.rebalance("assign", [(TOPIC, 0), (TOPIC, 1)])
+    assert m.consumer.assigned == {(TOPIC, 0): OFFSET_BEGINNING, (TOPIC, 1): OFFSET_BEGINNING}
+
+
+def test_a_partition_added_after_start_is_read_from_its_beginning() -> None:
+    m = Member(existing={(TOPIC, 0): (0, 7)})
+    m.group.open()
+    m.consumer.topics[TOPIC] = 2
+    m.consumer.watermarks[(TOPIC, 1)] = (0, 2)
+    m.consumer.rebalance("assign", [(TOPIC, 0), (TOPIC, 1)])
+    assert m.consumer.assigned == {(TOPIC, 0): 7, (TOPIC, 1): OFFSET_BEGINNING}
 
 
 def test_a_committed_offset_is_where_an_assigned_partition_resumes() -> None:

@@ -20,7 +20,7 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
 )
 from adapter.core.engine.tracking import PartitionState, Work
-from adapter.core.offsets import FlowLimits
+from adapter.core.offsets import FROM_BEGINNING, FlowLimits, end_at_start
 
 pytestmark = pytest.mark.unit
 
@@ -167,3 +167,11 @@ PartitionStateMachine.TestCase.settings = settings(
     max_examples=80, stateful_step_count=40, deadline=None
 )
 TestPartitionStateMachine = PartitionStateMachine.TestCase
+
+
+def test_end_at_start_reads_what_was_sent_after_the_member_started() -> None:
+    ends = {("t", 0): 10}
+    assert end_at_start(ends, set(), ("t", 0)) == 10  # where it ended at start
+    assert end_at_start(ends, set(), ("t", 1)) == FROM_BEGINNING  # a partition added later
+    assert end_at_start(ends, set(), ("new", 0)) == FROM_BEGINNING  # a topic created later
+    assert end_at_start(ends, {"lost"}, ("lost", 0)) is None  # unknown: look it up now
