@@ -142,6 +142,8 @@ class SimpleConsumerOptions(TypedDict, total=False):
     shutdown_await: float
     clock: Clock
     on_error: ErrorCallback | None
+    #: share backend only: the group's record lock (``share.record.lock.duration.ms``)
+    lock_duration: float | timedelta | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,15 +386,31 @@ class SimpleConsumer:
     topics to filter expressions (or subscribe later).  ``startup()`` (or ``start()``, or
     the ``with`` block) joins the group; ``shutdown()`` leaves it.  Thread-safe: any number
     of threads may receive and acknowledge.
+
+    ``backend="share"`` runs it on a Kafka share group instead (KIP-932, broker 4.2+:
+    :mod:`adapter.clients.share_consumer`, docs/semantics.md §4.13.1).
     """
+
+    def __new__(cls, *args: Any, backend: str = "classic", **kwargs: Any) -> SimpleConsumer:
+        del args, kwargs
+        if backend == "share" and cls is SimpleConsumer:
+            from adapter.clients.share_consumer import ShareSimpleConsumer
+
+            return super().__new__(ShareSimpleConsumer)
+        if backend not in ("classic", "share"):
+            raise ConfigError("backend", backend, "expected 'classic' or 'share'")
+        return super().__new__(cls)
 
     def __init__(
         self,
         config: Mapping[str, Any],
         consumer_group: str | None = None,
         subscription: Mapping[str, str | FilterExpression | None] | None = None,
+        *,
+        backend: str = "classic",
         **options: Unpack[SimpleConsumerOptions],
     ) -> None:
+        del backend  # chosen in __new__
         self.options = build_options(SimpleOptions, options, "SimpleConsumer")
         conf = check_kafka_config(config, "consumer")
         if consumer_group is not None:
@@ -438,6 +456,8 @@ class SimpleConsumer:
     def subscribe(self, topic: str, filter_expression: str | FilterExpression | None = "*") -> None:
         """Subscribe to a topic with a tag expression (``*``, ``TagA || TagB`` or a
         :class:`FilterExpression`), before or after ``startup()``."""
+        if self._loop is not None and self._loop.closed:
+            raise ClientClosedError(f"{self.name} was shut down; create a new SimpleConsumer")
         naming.check_user_topic(topic)
         self._subscriptions[topic] = _tag_filter(filter_expression)
         self._changed()

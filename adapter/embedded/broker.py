@@ -453,6 +453,9 @@ class EmbeddedKafka:
             "broker.heartbeat.interval.ms": "500",
             # consumers in tests may detect a dead member in seconds (broker default 6 s)
             "group.min.session.timeout.ms": "1000",
+            # share groups (KIP-932): a group's record lock may be as short as 1 s (broker
+            # default minimum 15 s), so tests of lock expiry take seconds
+            "group.share.min.record.lock.duration.ms": "1000",
         }
         if self.scram_users:
             admin, password = next(iter(self.scram_users.items()))

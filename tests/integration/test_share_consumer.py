@@ -1,0 +1,255 @@
+"""SimpleConsumer(backend="share") on a real broker's share groups (docs/semantics.md §4.13.1).
+
+Each test uses its own topic and group.  Group locks are short (3-4 s; the embedded broker
+allows 1 s, its ``group.share.min.record.lock.duration.ms``), so expiries take seconds.
+A new member's first fetch takes a few seconds (the group join): deadlines allow for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from consumer_helpers import new_group, read_dlq_raw, send, wait_until
+from share_procs import ShareConsumerProcess
+
+from adapter import ConfigError, InvalidInputError, Message
+from adapter.clients.share_consumer import ShareSimpleConsumer
+from adapter.clients.simple_consumer import MessageView, SimpleConsumer
+from adapter.errors import InvalidReceiptHandleError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+LOCK_S = 3.0
+
+
+def share(bootstrap: str, topic: str | None, group: str, **options: Any) -> SimpleConsumer:
+    options.setdefault("partitions", 1)
+    options.setdefault("await_duration", 1.0)
+    options.setdefault("lock_duration", LOCK_S)
+    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    sc = SimpleConsumer({"bootstrap.servers": bootstrap}, group, backend="share", **options)
+    if topic is not None:
+        sc.subscribe(topic)
+    return sc.start()
+
+
+def bodies(bootstrap: str, topic: str, n: int, prefix: str = "m") -> list[str]:
+    ids = [f"{prefix}{i}" for i in range(n)]
+    send(bootstrap, [Message(topic=topic, body=i.encode()) for i in ids])
+    return ids
+
+
+def receive_until(
+    sc: SimpleConsumer, n: int, invisible: float, timeout: float = 30.0, *, ack: bool = False
+) -> list[MessageView]:
+    """Receive until ``n`` messages came.  Unless each is acknowledged (``ack``), a later
+    poll waits for the earlier ones' invisible duration: receive no more than one poll."""
+    out: list[MessageView] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        assert time.monotonic() < deadline, f"received {len(out)} of {n}"
+        got = sc.receive(32, invisible)
+        if ack:
+            for m in got:
+                sc.ack(m)
+        out.extend(got)
+    return out
+
+
+def test_backend_choice() -> None:
+    conf = {"bootstrap.servers": "127.0.0.1:1"}
+    assert type(SimpleConsumer(conf, "g")) is SimpleConsumer
+    sc = SimpleConsumer(conf, "g", backend="share")
+    assert isinstance(sc, ShareSimpleConsumer)
+    assert isinstance(sc, SimpleConsumer)
+    assert sc.max_delivery_attempts == 9
+    assert sc.delivery_limit == 10
+    with pytest.raises(ConfigError):
+        SimpleConsumer(conf, "g", backend="pop")
+    with pytest.raises(ConfigError):
+        SimpleConsumer(conf, "g", backend="share", max_unacked_mesages=3)  # type: ignore[call-arg]
+
+
+def test_six_consumers_on_two_partitions_all_get_work_and_each_message_is_acked_once(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    topic = kafka_topic_factory("share-six", partitions=2)
+    group = new_group()
+    consumers = [
+        share(kafka_bootstrap_servers, topic, group, lock_duration=15.0) for _ in range(6)
+    ]
+    acked: dict[int, list[str]] = defaultdict(list)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work(i: int, sc: SimpleConsumer) -> None:
+        try:
+            while not stop.is_set():
+                for m in sc.receive(2, 10):
+                    time.sleep(0.02)  # some work, so one member cannot take everything
+                    sc.ack(m)
+                    acked[i].append(m.body.decode())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i, sc)) for i, sc in enumerate(consumers)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(6)  # every member has joined (a join takes a few seconds)
+        ids = bodies(kafka_bootstrap_servers, topic, 300)
+        wait_until(
+            lambda: sum(len(v) for v in acked.values()) >= len(ids), 60, "every message acked"
+        )
+        time.sleep(LOCK_S)  # nothing comes back
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        for sc in consumers:
+            sc.shutdown()
+    assert not errors
+    everything = Counter(b for v in acked.values() for b in v)
+    assert set(everything) == set(ids)
+    assert max(everything.values()) == 1, "a message was acknowledged twice"
+    assert all(acked[i] for i in range(6)), {i: len(acked[i]) for i in range(6)}
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="open: in most runs the broker (4.4.0) did not hand a SIGKILLed member's "
+    "acquired records to the other member within 75 s (lock 4 s); see the report of issue 20",
+)
+def test_messages_held_by_a_killed_consumer_come_back_after_the_lock(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    topic = kafka_topic_factory("share-kill", partitions=2)
+    group = new_group()
+    lock = 4.0
+    ids = bodies(kafka_bootstrap_servers, topic, 20)
+    with ShareConsumerProcess(
+        bootstrap=kafka_bootstrap_servers, topic=topic, group=group, lock=lock
+    ) as child:
+        child.start()
+        held = child.wait_for(lambda s: "held" in s, 60, "a batch held")["held"]
+        other = share(kafka_bootstrap_servers, topic, group, lock_duration=lock)
+        try:
+            child.kill()
+            killed_at = time.monotonic()
+            try:
+                got = receive_until(other, len(ids), 3, timeout=40, ack=True)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; held {held}; {other.running_info()}") from None
+            came_back = time.monotonic() - killed_at
+        finally:
+            other.shutdown()
+    assert held
+    assert sorted(m.body.decode() for m in got) == sorted(ids)  # nothing lost
+    attempts = {m.body.decode(): m.delivery_attempt for m in got}
+    assert {attempts[i] for i in held} == {2}, attempts
+    assert came_back < lock + 10
+
+
+def test_a_message_never_acked_is_delivered_again_then_dead_lettered(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    topic = kafka_topic_factory("share-dlq", partitions=1)
+    group = new_group()
+    sc = share(kafka_bootstrap_servers, topic, group, max_delivery_attempts=2)
+    try:
+        (msg_id,) = bodies(kafka_bootstrap_servers, topic, 1)
+        first = receive_until(sc, 1, 1)
+        assert first[0].delivery_attempt == 1
+        second = receive_until(sc, 1, 1)  # released once its 1 s ran out
+        assert second[0].body.decode() == msg_id
+        assert second[0].delivery_attempt == 2
+        dlq = wait_until(
+            lambda: read_dlq_raw({"bootstrap.servers": kafka_bootstrap_servers}, group),
+            20,
+            "the dead letter",
+        )
+        later = sc.receive(32, 1) + sc.receive(32, 1)
+        time.sleep(LOCK_S)
+        later += sc.receive(32, 1)
+        assert later == []  # rejected after the DLQ write: never delivered again
+    finally:
+        sc.shutdown()
+    (dead,) = dlq
+    assert dead.value == msg_id.encode()
+    assert dead.header("RMQ_DLQ_REASON") == b"MAX_DELIVERY_ATTEMPTS"
+    assert dead.header("RECONSUME_TIME") == b"2"
+    assert dead.header("DLQ_ORIGIN_TOPIC") == topic.encode()
+    assert dead.header("RMQ_FAILURE_TYPE") == b"InvisibleDurationExpired"
+    assert dead.header("RMQ_GROUP") == group.encode()
+
+
+def test_change_invisible_duration_within_the_lock_and_refused_beyond(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    topic = kafka_topic_factory("share-cid", partitions=1)
+    group = new_group()
+    sc = share(kafka_bootstrap_servers, topic, group)
+    try:
+        ids = bodies(kafka_bootstrap_servers, topic, 3)
+        got = sorted(receive_until(sc, 3, 2), key=lambda m: m.body)
+        longer, shorter, zero = got
+        # beyond the group's lock: refused, nothing changed (the handle still acks)
+        before = longer.receipt_handle
+        with pytest.raises(InvalidInputError, match="cannot be extended"):
+            sc.change_invisible_duration(longer, LOCK_S + 1)
+        assert longer.receipt_handle == before
+        # within it: a new handle, the view shows it
+        new = sc.change_invisible_duration(longer, 2.2)
+        assert new != before
+        assert longer.receipt_handle == new
+        sc.ack(longer)
+        # shorter: the message is released when it runs out; a late ack is refused
+        sc.change_invisible_duration(shorter, 1)
+        # 0: released at once, delivered again with the attempt counted
+        sc.change_invisible_duration(zero, 0)
+        with pytest.raises(InvalidReceiptHandleError):
+            sc.ack(zero)
+        again: list[tuple[str, int]] = []
+        deadline = time.monotonic() + 10
+        while len(again) < 2 and time.monotonic() < deadline:
+            for m in sc.receive(32, 2):  # one poll's records at a time: ack them at once
+                sc.ack(m)
+                again.append((m.body.decode(), m.delivery_attempt))
+        assert sorted(again) == [(ids[1], 2), (ids[2], 2)]
+        with pytest.raises(InvalidReceiptHandleError):
+            sc.ack(shorter)
+    finally:
+        sc.shutdown()
+
+
+def test_late_ack_double_ack_and_another_consumers_handle(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    topic = kafka_topic_factory("share-late", partitions=1)
+    group = new_group()
+    sc = share(kafka_bootstrap_servers, topic, group)
+    other = share(kafka_bootstrap_servers, topic, group)
+    try:
+        ids = bodies(kafka_bootstrap_servers, topic, 2)
+        got = sorted(receive_until(sc, 2, 1), key=lambda m: m.body)
+        with pytest.raises(InvalidReceiptHandleError, match="another consumer"):
+            other.ack(got[0])
+        sc.ack(got[0])
+        sc.ack(got[0])  # harmless
+        time.sleep(1.3)
+        with pytest.raises(InvalidReceiptHandleError, match="ran out"):
+            sc.ack(got[1])
+        again = receive_until(sc, 1, 2)
+        assert [(m.body.decode(), m.delivery_attempt) for m in again] == [(ids[1], 2)]
+        sc.ack(again[0])
+        with pytest.raises(InvalidInputError):
+            sc.receive(1, LOCK_S + 1)  # longer than the group's lock
+        assert sc.receive(32, 1) == []
+        assert sc.stats()["acked"] == 2
+    finally:
+        other.shutdown()
+        sc.shutdown()

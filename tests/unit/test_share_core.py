@@ -1,0 +1,84 @@
+"""The share backend's pure decisions (adapter.core.share)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapter.core.offsets import ConsumeFromWhere
+from adapter.core.share import (
+    DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
+    NOT_FOR_SHARE_CONSUMER,
+    Verdict,
+    ack_margin,
+    auto_offset_reset,
+    can_hold,
+    delivery_limit,
+    lock_ms,
+    max_receive_invisible,
+    on_arrival,
+    on_expiry,
+    usable_hold,
+)
+from adapter.errors import ConfigError
+
+
+def test_the_delivery_limit_leaves_one_delivery_for_the_dead_letter() -> None:
+    assert delivery_limit(DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS) == 10  # the broker's default max
+    assert delivery_limit(3) == 4
+    assert delivery_limit(1) == 2  # the broker's minimum
+
+
+@pytest.mark.parametrize(
+    ("attempt", "maximum", "verdict"),
+    [(1, 3, Verdict.DELIVER), (3, 3, Verdict.DELIVER), (4, 3, Verdict.DEAD_LETTER)],
+)
+def test_a_record_past_the_maximum_is_dead_lettered_on_arrival(
+    attempt: int, maximum: int, verdict: Verdict
+) -> None:
+    assert on_arrival(attempt, maximum) is verdict
+
+
+def test_an_expired_hold_is_released_until_the_last_attempt() -> None:
+    assert on_expiry(1, 1, 3, 4) is Verdict.RELEASE
+    assert on_expiry(2, 2, 3, 4) is Verdict.RELEASE
+    assert on_expiry(3, 3, 3, 4) is Verdict.DEAD_LETTER
+    # the broker would archive it on release: dead-letter whatever the attempt
+    assert on_expiry(1, 4, 3, 4) is Verdict.DEAD_LETTER
+
+
+def test_the_hold_stays_inside_the_lock_less_the_margin() -> None:
+    assert ack_margin(30.0) == 1.0
+    assert ack_margin(2.0) == pytest.approx(0.2)
+    assert usable_hold(30.0) == 29.0
+    assert max_receive_invisible(30.0) == 28.0
+    assert max_receive_invisible(3.0) == pytest.approx(2.4)
+    assert can_hold(100.0, 30.0, 100.0, 29.0)
+    assert not can_hold(100.0, 30.0, 100.0, 29.5)
+    assert can_hold(100.0, 30.0, 110.0, 19.0)
+    assert not can_hold(100.0, 30.0, 110.0, 19.5)
+
+
+def test_consume_from_where_becomes_the_groups_offset_reset() -> None:
+    now = 10_000_000
+    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, 0, now) == "earliest"
+    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, 0, now) == "latest"
+    ts = now - 90_500
+    assert (
+        auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, ts, now) == "by_duration:PT90S"
+    )
+    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, now + 5, now) == (
+        "by_duration:PT0S"
+    )
+
+
+def test_lock_in_milliseconds() -> None:
+    assert lock_ms(1.5) == 1500
+    with pytest.raises(ConfigError):
+        lock_ms(0.0001)
+
+
+def test_settings_librdkafka_refuses_on_a_share_consumer_are_listed() -> None:
+    assert {"auto.offset.reset", "enable.auto.commit", "session.timeout.ms"} <= (
+        NOT_FOR_SHARE_CONSUMER
+    )
+    assert "bootstrap.servers" not in NOT_FOR_SHARE_CONSUMER
