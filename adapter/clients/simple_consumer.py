@@ -168,8 +168,14 @@ class SimpleOptions:
     shutdown_await: float = 10.0
     clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
     on_error: ErrorCallback | None = None
+    #: share backend only (refused here: a classic group has no record locks)
+    lock_duration: float | timedelta | None = None
 
     def __post_init__(self) -> None:
+        if self.lock_duration is not None:
+            raise ConfigError(
+                "lock_duration", self.lock_duration, "only with backend='share' (record locks)"
+            )
         seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
         check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
         check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
