@@ -2,7 +2,7 @@
 
 RocketMQ's ``resetOffsetByTime`` reaches running consumers: the broker tells each one to
 move its queues.  Kafka refuses to reset a group with live members, so the CLI publishes the
-request on the control topic (:mod:`adapter.ops.control`) and every member that owns
+request on the control topic (:mod:`adapter.io.control`) and every member that owns
 partitions of the topic moves them itself, on its loop thread, and acknowledges:
 
 1. wait (bounded) for the running batches of those partitions, as a revoke does;
@@ -34,7 +34,7 @@ RETRY_MAX_S = 300.0
 
 
 class Channel(Protocol):
-    """What :class:`ResetReceiver` needs of :class:`adapter.ops.control.ControlChannel`."""
+    """What :class:`ResetReceiver` needs of :class:`adapter.io.control.ControlChannel`."""
 
     def poll(self) -> list[Any]: ...
     def acknowledge(self, request: Any, applied: dict[TP, int]) -> None: ...

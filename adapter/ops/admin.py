@@ -1,9 +1,9 @@
 """The admin commands: a group's progress, offset resets, a message's journey and the
 ScheduleService's status.  Logical names in, logical names out.
 
-Thin I/O over :class:`adapter.ops.kafka.AdminSession` (an AdminClient and short-lived
+Thin I/O over :class:`adapter.io.admin.AdminSession` (an AdminClient and short-lived
 readers derived from the user's config); the decisions and the rendering are the pure
-functions of :mod:`adapter.ops.views`, :mod:`adapter.ops.journey` and
+functions of :mod:`adapter.core.views`, :mod:`adapter.ops.journey` and
 :mod:`adapter.core.control`.
 """
 
@@ -28,18 +28,7 @@ from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import parse_non_negative
 from adapter.core.types import TP
-from adapter.errors import InvalidInputError, KafkaClientError, TopicNameError
-from adapter.ops.control import publish_reset
-from adapter.ops.errors import (
-    GroupLiveError,
-    GroupNotFoundError,
-    ResetIncompleteError,
-    TopicNotFoundError,
-)
-from adapter.ops.journey import Matcher, SearchResult, journeys
-from adapter.ops.kafka import AdminSession, Ends, head_records, record_of
-from adapter.ops.progress import ProgressCallback
-from adapter.ops.views import (
+from adapter.core.views import (
     DlqSize,
     GroupInfo,
     GroupProgress,
@@ -54,6 +43,17 @@ from adapter.ops.views import (
     reset_offsets,
     subscribed_topics,
 )
+from adapter.errors import InvalidInputError, KafkaClientError, TopicNameError
+from adapter.io.admin import AdminSession, Ends, head_records, record_of
+from adapter.io.control import publish_reset
+from adapter.ops.errors import (
+    GroupLiveError,
+    GroupNotFoundError,
+    ResetIncompleteError,
+    TopicNotFoundError,
+)
+from adapter.ops.journey import Matcher, SearchResult, journeys
+from adapter.ops.progress import ProgressCallback
 
 #: A partition whose lag is at most this is read once to see whether anything but
 #: transaction markers is left (exactly-once forwarding leaves a marker after the last record).

@@ -34,9 +34,9 @@ from confluent_kafka.admin import AdminClient
 from adapter.core import naming
 from adapter.core.control import CONTROL_TOPIC, ResetAck, ResetRequest, ResetTarget, decode, encode
 from adapter.core.delay import DelayLevels
+from adapter.core.timespec import format_time
+from adapter.io.control import ControlChannel
 from adapter.io.topics import ensure_topics, plan_topics
-from adapter.ops.control import ControlChannel
-from adapter.ops.timespec import format_time
 from adapter.services.dlq import read_dlq, redrive
 
 pytestmark = pytest.mark.integration

@@ -219,8 +219,8 @@ def test_admin_commands_work_with_credentials(sasl_broker: EmbeddedKafka, tmp_pa
     from confluent_kafka import Producer as RawProducer
 
     from adapter.core.delay import DelayLevels
+    from adapter.io.control import ControlChannel
     from adapter.io.topics import plan_topics
-    from adapter.ops.control import ControlChannel
 
     conf = _conf(sasl_broker)
     props = _props(tmp_path, sasl_broker.client_security())

@@ -9,7 +9,7 @@ import pytest
 
 from adapter.cli import build_parser
 from adapter.errors import ConfigError, TopicNameError
-from adapter.ops.control import ControlChannel
+from adapter.io.control import ControlChannel
 
 pytestmark = pytest.mark.unit
 

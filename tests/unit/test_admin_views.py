@@ -8,10 +8,8 @@ import io
 import pytest
 
 from adapter.core.control import ResetTarget
-from adapter.errors import InvalidInputError
-from adapter.ops.progress import ProgressReporter, render_bar
-from adapter.ops.timespec import InvalidTimeError, format_time, parse_since, parse_time
-from adapter.ops.views import (
+from adapter.core.timespec import InvalidTimeError, format_time, parse_since, parse_time
+from adapter.core.views import (
     DlqSize,
     GroupInfo,
     LevelPartition,
@@ -26,6 +24,8 @@ from adapter.ops.views import (
     reset_offsets,
     subscribed_topics,
 )
+from adapter.errors import InvalidInputError
+from adapter.ops.progress import ProgressReporter, render_bar
 
 pytestmark = pytest.mark.unit
 
