@@ -142,7 +142,7 @@ class DropInOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True)
-class _Options:
+class DropInSettings:
     max_reconsume_times: int = -1
     delay_levels: DelayLevels | str | None = None
     namespace: str | None = None
@@ -209,7 +209,7 @@ class Consumer(confluent_kafka.Consumer):
     )
 
     def __init__(self, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> None:
-        opts = build_options(_Options, options, "adapter.kafka.Consumer")
+        opts = build_options(DropInSettings, options, "adapter.kafka.Consumer")
         if not isinstance(conf, Mapping):
             raise ConfigError("config", conf, "must be a dict of confluent-kafka settings")
         group = conf.get("group.id")

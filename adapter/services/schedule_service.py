@@ -7,7 +7,7 @@ from adapter.services.schedule import (
     INVALID_SCHEDULE_ENTRY,
     DeliveryGuarantee,
     ScheduleService,
-    ScheduleServiceOptions,
+    ScheduleServiceSettings,
     ScheduleStats,
 )
 
@@ -21,6 +21,6 @@ __all__ = [
     "INVALID_SCHEDULE_ENTRY",
     "DeliveryGuarantee",
     "ScheduleService",
-    "ScheduleServiceOptions",
+    "ScheduleServiceSettings",
     "ScheduleStats",
 ]

@@ -1,6 +1,6 @@
 """``Producer`` over a scripted stand-in for ``confluent_kafka.Producer`` (no broker).
 
-The stand-in (``ProducerOptions.client_factory``) decides, per ``produce()`` call, whether
+The stand-in (``ProducerSettings.client_factory``) decides, per ``produce()`` call, whether
 the local queue is full (``BufferError``) and what the delivery report says; its ``poll``
 runs the reports on whichever thread polls (the producer's poll thread).  That makes the
 retry paths deterministic: resends at once after a definite failure, back-off after flow

@@ -14,7 +14,7 @@ from adapter.core.engine.schedule import Entry, Mark, Rewind, ScheduleAction, Sc
 from adapter.core.hops import OutRecord
 from adapter.core.publishing import Escalation
 from adapter.errors import ConfigError
-from adapter.services.schedule import DeliveryGuarantee, ScheduleServiceOptions, ScheduleStats
+from adapter.services.schedule import DeliveryGuarantee, ScheduleServiceSettings, ScheduleStats
 from adapter.services.schedule.delivery import (
     DELIVERIES,
     AtLeastOnce,
@@ -159,7 +159,7 @@ def record(n: int = 0) -> OutRecord:
 
 
 def at_least_once(host: FakeHost, **config: Any) -> tuple[AtLeastOnce, FakePublisher, FakeConsumer]:
-    opts = ScheduleServiceOptions(delivery=DeliveryGuarantee.AT_LEAST_ONCE)
+    opts = ScheduleServiceSettings(delivery=DeliveryGuarantee.AT_LEAST_ONCE)
     delivery = AtLeastOnce(host, config, opts, make_publisher=FakePublisher)
     consumer = FakeConsumer()
     delivery.start(consumer)
@@ -170,7 +170,7 @@ def at_least_once(host: FakeHost, **config: Any) -> tuple[AtLeastOnce, FakePubli
 def exactly_once(
     host: FakeHost, config: Mapping[str, Any] | None = None, **options: Any
 ) -> tuple[ExactlyOnce, FakePublisher, FakeConsumer]:
-    opts = ScheduleServiceOptions(group="sched", **options)
+    opts = ScheduleServiceSettings(group="sched", **options)
     delivery = ExactlyOnce(host, config or {}, opts, make_publisher=FakePublisher)
     consumer = FakeConsumer()
     delivery.start(consumer)

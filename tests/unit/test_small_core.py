@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from adapter.clients.producer import ProducerOptions
-from adapter.clients.push_consumer import ConsumerOptions
+from adapter.clients.producer import ProducerSettings
+from adapter.clients.push_consumer import PushConsumerSettings
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.filter import TagFilter
@@ -98,7 +98,7 @@ def test_percentiles_nearest_rank() -> None:
 
 def test_unknown_option_is_rejected_with_a_suggestion() -> None:
     with pytest.raises(ConfigError) as info:
-        build_options(ConsumerOptions, {"max_reconsume_time": 3}, "PushConsumer")
+        build_options(PushConsumerSettings, {"max_reconsume_time": 3}, "PushConsumer")
     assert info.value.field == "max_reconsume_time"
     assert "max_reconsume_times" in str(info.value)
 
@@ -116,13 +116,13 @@ def test_unknown_option_is_rejected_with_a_suggestion() -> None:
 )
 def test_bad_consumer_options_name_the_field(options: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidInputError) as info:
-        build_options(ConsumerOptions, options, "PushConsumer")
+        build_options(PushConsumerSettings, options, "PushConsumer")
     assert info.value.field == field
 
 
 def test_bad_producer_options_name_the_field() -> None:
     with pytest.raises(ConfigError) as info:
-        build_options(ProducerOptions, {"send_msg_timeout_ms": 0}, "Producer")
+        build_options(ProducerSettings, {"send_msg_timeout_ms": 0}, "Producer")
     assert info.value.field == "send_msg_timeout_ms"
 
 
@@ -260,11 +260,11 @@ def test_librdkafka_log_lines_go_through_python_logging(
 @pytest.mark.parametrize(
     ("typed", "validated"),
     [
-        ("adapter.clients.push_consumer:PushConsumerOptions", "ConsumerOptions"),
-        ("adapter.clients.producer:ProducerOptionsDict", "ProducerOptions"),
+        ("adapter.clients.push_consumer:PushConsumerOptions", "PushConsumerSettings"),
+        ("adapter.clients.producer:ProducerOptions", "ProducerSettings"),
         ("adapter.clients.simple_consumer:SimpleConsumerOptions", "SimpleOptions"),
-        ("adapter.services.schedule.service:ScheduleServiceOptionsDict", "ScheduleServiceOptions"),
-        ("adapter.kafka:DropInOptions", "_Options"),
+        ("adapter.services.schedule.service:ScheduleServiceOptions", "ScheduleServiceSettings"),
+        ("adapter.kafka:DropInOptions", "DropInSettings"),
     ],
 )
 def test_typed_options_name_exactly_the_validated_options(typed: str, validated: str) -> None:

@@ -21,7 +21,7 @@
 The modules, one job each:
 
 * :mod:`.client` -- the :class:`Producer` facade (lifecycle, the four kinds of send);
-* :mod:`.options` -- :class:`ProducerOptions` and the ``TypedDict`` of its keywords;
+* :mod:`.options` -- :class:`ProducerSettings` and the ``TypedDict`` of its keywords;
 * :mod:`.results` -- :class:`SendResult`, :class:`SendStatus`, the callback type;
 * :mod:`.records` -- a message's Kafka record (checks, headers, delay placement), pure;
 * :mod:`.lookup` -- the Kafka topic of a user topic, waited for until it is visible;
@@ -33,13 +33,14 @@ The modules, one job each:
 from __future__ import annotations
 
 from adapter.clients.producer.client import Producer
-from adapter.clients.producer.options import ProducerOptions, ProducerOptionsDict
+from adapter.clients.producer.options import ProducerOptions, ProducerOptionsDict, ProducerSettings
 from adapter.clients.producer.results import SendCallback, SendResult, SendStatus
 
 __all__ = [
     "Producer",
     "ProducerOptions",
     "ProducerOptionsDict",
+    "ProducerSettings",
     "SendCallback",
     "SendResult",
     "SendStatus",

@@ -15,7 +15,7 @@ from typing import Any, Unpack
 
 from adapter.clients.producer.inflight import InFlight, Pending, ResendHeap
 from adapter.clients.producer.lookup import TopicLookup
-from adapter.clients.producer.options import ProducerOptions, ProducerOptionsDict
+from adapter.clients.producer.options import ProducerOptions, ProducerSettings
 from adapter.clients.producer.poller import Poller
 from adapter.clients.producer.produce import classify, produce, produce_error, queue_full
 from adapter.clients.producer.records import (
@@ -67,8 +67,8 @@ class Producer:
     ...     p.send(Message(topic="orders", body=b"hi", tags="TagA"))
     """
 
-    def __init__(self, config: Mapping[str, Any], **options: Unpack[ProducerOptionsDict]) -> None:
-        self.options = build_options(ProducerOptions, options, "Producer")
+    def __init__(self, config: Mapping[str, Any], **options: Unpack[ProducerOptions]) -> None:
+        self.options = build_options(ProducerSettings, options, "Producer")
         self._async_retries = self.options.retry_times_when_send_async_failed
         conf = producer_config(check_kafka_config(config, "producer"))
         require_setting(conf, "enable.idempotence", True, "sends must not create duplicates")

@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import tenacity
 
-from adapter.clients.producer.options import ProducerOptions
+from adapter.clients.producer.options import ProducerSettings
 from adapter.clients.producer.produce import classify, produce, produce_error, queue_full
 from adapter.clients.producer.results import (
     SEND_OK,
@@ -122,7 +122,7 @@ class InFlight:
 
     def __init__(
         self,
-        options: ProducerOptions,
+        options: ProducerSettings,
         stats: ProducerStats,
         due: ResendHeap[Resend],
         kick: Callable[[], None],

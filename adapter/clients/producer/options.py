@@ -1,5 +1,5 @@
 """The options of :class:`~adapter.clients.producer.Producer`: the validated
-:class:`ProducerOptions` and the ``TypedDict`` its ``**options`` are typed with."""
+:class:`ProducerSettings` and the ``TypedDict`` its ``**options`` are typed with."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_int
 
 
-class ProducerOptionsDict(TypedDict, total=False):
+class ProducerOptions(TypedDict, total=False):
     """Keyword options of :class:`Producer` (RocketMQ's ``DefaultMQProducer`` settings,
-    snake_case; see :class:`ProducerOptions` for each one's meaning and default)."""
+    snake_case; see :class:`ProducerSettings` for each one's meaning and default)."""
 
     retry_times_when_send_failed: int
     retry_times_when_send_async_failed: int
@@ -44,7 +44,7 @@ class ProducerOptionsDict(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True)
-class ProducerOptions:
+class ProducerSettings:
     """DefaultMQProducer settings, snake_case.
 
     ``client_factory`` makes the confluent-kafka client from its config dict
@@ -79,3 +79,7 @@ class ProducerOptions:
     def levels(self) -> DelayLevels:
         assert isinstance(self.delay_levels, DelayLevels)
         return self.delay_levels
+
+
+#: Deprecated name of :class:`ProducerOptions` (the keyword options).
+ProducerOptionsDict = ProducerOptions

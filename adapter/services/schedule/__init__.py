@@ -3,12 +3,13 @@ delivery guarantees (:mod:`.delivery`, transactional calls in :mod:`.txn`).  Its
 stats are in :mod:`.options`, level-topic names in :mod:`.levels`, destination checks in
 :mod:`.destinations`, pausing the consumer in :mod:`.pausing`."""
 
+from adapter.services.schedule.options import ScheduleServiceOptionsDict
 from adapter.services.schedule.service import (
     INVALID_SCHEDULE_ENTRY,
     DeliveryGuarantee,
     ScheduleService,
     ScheduleServiceOptions,
-    ScheduleServiceOptionsDict,
+    ScheduleServiceSettings,
     ScheduleStats,
     level_delay_ms,
     level_topics_pattern,
@@ -20,6 +21,7 @@ __all__ = [
     "ScheduleService",
     "ScheduleServiceOptions",
     "ScheduleServiceOptionsDict",
+    "ScheduleServiceSettings",
     "ScheduleStats",
     "level_delay_ms",
     "level_topics_pattern",

@@ -39,7 +39,7 @@ from adapter.io.offsets import committed_offsets
 from adapter.io.publisher import Publisher
 from adapter.services.schedule.options import (
     DeliveryGuarantee,
-    ScheduleServiceOptions,
+    ScheduleServiceSettings,
     ScheduleStats,
 )
 from adapter.services.schedule.txn import (  # re-exported: they lived here
@@ -188,7 +188,7 @@ class AtLeastOnce:
         self,
         host: Host,
         config: Mapping[str, Any],
-        options: ScheduleServiceOptions,
+        options: ScheduleServiceSettings,
         *,
         errors: FatalErrorWatch | None = None,
         make_publisher: Callable[..., Publisher] = Publisher,
@@ -295,7 +295,7 @@ class ExactlyOnce:
         self,
         host: Host,
         config: Mapping[str, Any],
-        options: ScheduleServiceOptions,
+        options: ScheduleServiceSettings,
         *,
         errors: FatalErrorWatch | None = None,
         make_publisher: Callable[..., Publisher] = Publisher,

@@ -22,7 +22,7 @@ from adapter.io.loop import ErrorCallback
 __all__ = [
     "DeliveryGuarantee",
     "ScheduleServiceOptions",
-    "ScheduleServiceOptionsDict",
+    "ScheduleServiceSettings",
     "ScheduleStats",
 ]
 
@@ -39,7 +39,7 @@ class DeliveryGuarantee(str, Enum):
     readers with ``isolation.level=read_committed`` (the default) never see a duplicate."""
 
 
-class ScheduleServiceOptionsDict(TypedDict, total=False):
+class ScheduleServiceOptions(TypedDict, total=False):
     """Keyword options of :class:`ScheduleService`."""
 
     delay_levels: DelayLevels | str | None
@@ -66,8 +66,8 @@ class ScheduleServiceOptionsDict(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleServiceOptions:
-    """The validated options (see :class:`ScheduleServiceOptionsDict`)."""
+class ScheduleServiceSettings:
+    """The validated options (see :class:`ScheduleServiceOptions`)."""
 
     delay_levels: DelayLevels | str | None = None
     namespace: str | None = None
@@ -156,3 +156,7 @@ class ScheduleStats:
 
     def lateness_ms(self) -> LatencySummary:
         return self.lateness.summary()
+
+
+#: Deprecated name of :class:`ScheduleServiceOptions` (the keyword options).
+ScheduleServiceOptionsDict = ScheduleServiceOptions

@@ -65,7 +65,7 @@ from adapter.services.schedule.levels import level_delay_ms, level_topics_patter
 from adapter.services.schedule.options import (
     DeliveryGuarantee,
     ScheduleServiceOptions,
-    ScheduleServiceOptionsDict,
+    ScheduleServiceSettings,
     ScheduleStats,
 )
 from adapter.services.schedule.pausing import PartitionPauser
@@ -77,7 +77,7 @@ __all__ = [
     "DeliveryGuarantee",
     "ScheduleService",
     "ScheduleServiceOptions",
-    "ScheduleServiceOptionsDict",
+    "ScheduleServiceSettings",
     "ScheduleStats",
     "level_delay_ms",
     "level_topics_pattern",
@@ -92,9 +92,9 @@ class ScheduleService:
     """Forwards delay-level entries to their real topics when due.  Scales as a group."""
 
     def __init__(
-        self, config: Mapping[str, Any], **options: Unpack[ScheduleServiceOptionsDict]
+        self, config: Mapping[str, Any], **options: Unpack[ScheduleServiceOptions]
     ) -> None:
-        self.options = build_options(ScheduleServiceOptions, options, "ScheduleService")
+        self.options = build_options(ScheduleServiceSettings, options, "ScheduleService")
         self._config = check_kafka_config(config, "ScheduleService")
         self.group = self.options.group_id
         self.stats = ScheduleStats()
