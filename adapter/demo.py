@@ -26,7 +26,7 @@ from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.topics import TopicPlan, ensure_topics
 from adapter.services.dlq import read_dlq
-from adapter.services.schedule_service import ScheduleService
+from adapter.services.schedule import ScheduleService
 
 DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms"
 MAX_RECONSUME = 3

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from adapter.cli.options import add_kafka_args as kafka_args
+from adapter.cli.options import kafka_config
 from adapter.constants import TRACE_TOPIC
 
 __all__ = ["add_analytics_parser", "main", "run_analytics"]
@@ -30,9 +32,11 @@ def _kv(items: Sequence[str] | None) -> dict[str, str]:
 
 
 def add_analytics_parser(
-    sub: Any, add_kafka_args: Callable[[argparse.ArgumentParser], None]
+    sub: Any, add_kafka_args: Callable[[argparse.ArgumentParser], None] = kafka_args
 ) -> argparse.ArgumentParser:
-    """Add ``analytics`` (with ``stream`` and ``dlq-report``) to a subparsers object."""
+    """Add ``analytics`` (with ``stream`` and ``dlq-report``) to a subparsers object; each
+    job takes the Kafka connection settings ``add_kafka_args`` adds (by default the ones
+    every ``rmq-kafka`` command takes, :func:`adapter.cli.options.add_kafka_args`)."""
     a: argparse.ArgumentParser = sub.add_parser(
         "analytics", help="Spark jobs over the trace topic and the DLQ topics (pyspark)"
     )
@@ -119,18 +123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``spark/*.py`` scripts: ``main(["stream", ...])``."""
     import logging
 
-    from adapter.cli import _add_kafka_args, _kafka_config
     from adapter.errors import AdapterError
 
     parser = argparse.ArgumentParser(prog="rmq-kafka-analytics")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_analytics_parser(sub, _add_kafka_args)
+    add_analytics_parser(sub)
     args = parser.parse_args(["analytics", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        return run_analytics(args, _kafka_config(args))
+        return run_analytics(args, kafka_config(args))
     except AdapterError as exc:
         print(f"rmq-kafka analytics: error: {exc}", file=sys.stderr)
         return 2

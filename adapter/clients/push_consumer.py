@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol, TypedDict, Unpack
 
+from adapter.clients.async_runner import AsyncRunner, is_async_listener
+from adapter.clients.breaking import circuit_engine
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
 from adapter.clients.listeners import ConcurrentRunner
 from adapter.clients.orderly import OrderlyListener, OrderlyRunner
@@ -32,6 +34,7 @@ from adapter.constants import (
     DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
 )
 from adapter.core import naming
+from adapter.core.breaker import CircuitBreaker
 from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.engine import ConcurrentEngine, EngineOptions
@@ -61,10 +64,10 @@ from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options, check_int, check_kafka_config, check_seconds
+from adapter.io.control import ControlChannel
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop, ErrorCallback
 from adapter.io.topics import ensure_topics, plan_topics
-from adapter.ops.control import ControlChannel
 
 log = logging.getLogger("adapter.consumer")
 
@@ -79,6 +82,7 @@ __all__ = [
     "Ordering",
     "PushConsumer",
     "PushConsumerOptions",
+    "PushConsumerSettings",
     "TopicStats",
 ]
 
@@ -142,10 +146,11 @@ class PushConsumerOptions(TypedDict, total=False):
     metrics_addr: str
     event_loop: Any
     offset_resets: bool
+    circuit_breaker: CircuitBreaker | None
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerOptions:
+class PushConsumerSettings:
     """The validated options (see :class:`PushConsumerOptions`)."""
 
     message_model: MessageModel = MessageModel.CLUSTERING
@@ -193,6 +198,9 @@ class ConsumerOptions:
     #: clustering: apply ``rmq-kafka group reset-offset --force`` while running (RocketMQ's
     #: reset by time reaches live consumers); the member reads the control topic each second
     offset_resets: bool = True
+    #: stop consuming while everything fails (``None``: no breaker; see
+    #: :class:`~adapter.core.breaker.CircuitBreaker`)
+    circuit_breaker: CircuitBreaker | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -240,6 +248,10 @@ class ConsumerOptions:
             timestamp_ms(self.consume_timestamp)
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+        if self.circuit_breaker is not None and not isinstance(
+            self.circuit_breaker, CircuitBreaker
+        ):
+            raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
         if self.metrics_port is not None:
             check_int("metrics_port", self.metrics_port, minimum=0)
             if self.metrics_port > 65535:
@@ -301,7 +313,7 @@ class PushConsumer:
     """
 
     def __init__(self, config: Mapping[str, Any], **options: Unpack[PushConsumerOptions]) -> None:
-        self.options = build_options(ConsumerOptions, options, "PushConsumer")
+        self.options = build_options(PushConsumerSettings, options, "PushConsumer")
         self._config = check_kafka_config(config, "consumer")
         group = self._config.get("group.id")
         if not isinstance(group, str) or not group:
@@ -435,15 +447,23 @@ class PushConsumer:
             clustering=self.clustering and not self._reads_own_dlq(),
         )
         engine: ConcurrentEngine | OrderlyEngine
+        orderly = None
         if self._orderly is not None:
-            engine = OrderlyEngine(
-                engine_options,
-                OrderlyOptions(
-                    suspend_ms=opts.suspend_current_queue_time_millis,
-                    ordering=opts.ordering,
-                    max_suspended_keys=opts.max_suspended_keys_per_queue,
-                ),
+            orderly = OrderlyOptions(
+                suspend_ms=opts.suspend_current_queue_time_millis,
+                ordering=opts.ordering,
+                max_suspended_keys=opts.max_suspended_keys_per_queue,
             )
+        if opts.circuit_breaker is not None:
+            engine = circuit_engine(
+                engine_options,
+                orderly,
+                opts.circuit_breaker,
+                name=f"consumer {self.group}",
+                group=self.group,
+            )
+        elif orderly is not None:
+            engine = OrderlyEngine(engine_options, orderly)
         else:
             engine = ConcurrentEngine(engine_options)
         member = GroupConsumer(
@@ -514,8 +534,6 @@ class PushConsumer:
                 threads=self.options.consume_thread_max,
             )
         assert self._listener is not None
-        from adapter.aio import AsyncRunner, is_async_listener  # on use: import cycle
-
         if is_async_listener(self._listener):
             return AsyncRunner(
                 self._listener,
@@ -632,6 +650,7 @@ class PushConsumer:
             "listener_inline": bool(runner is not None and runner.inline),
             "listener_backlog": runner.backlog() if runner is not None else 0,
             "local_retries": engine.local_retries(),
+            "circuit": self.circuit(),
             "copies_in_flight": member.publisher.in_flight(),
             "partitions": {
                 f"{t}[{p}]": {
@@ -641,6 +660,24 @@ class PushConsumer:
                 }
                 for t, p in sorted(member.assignment)
             },
+        }
+
+    def circuit(self) -> dict[str, Any] | None:
+        """The circuit breaker's state (``None``: no breaker, or not started): ``state``
+        (closed / open / half_open), ``open_seconds`` in all, ``held_messages`` and
+        ``held_batches`` (held while open, not sent back), ``opened`` (times).  The state
+        lives in this process only (also in the metrics)."""
+        member = self._member
+        circuit = getattr(member.engine, "circuit", None) if member is not None else None
+        if member is None or circuit is None:
+            return None
+        snap = circuit(member.clock.monotonic())
+        return {
+            "state": snap.state.value,
+            "open_seconds": snap.open_seconds,
+            "held_messages": snap.held_messages,
+            "held_batches": snap.held_batches,
+            "opened": snap.opened,
         }
 
     def in_flight(self) -> dict[TP, int]:
@@ -656,3 +693,7 @@ class PushConsumer:
     def assignment(self) -> set[TP]:
         """The partitions this member owns now, as ``(Kafka topic, partition)``."""
         return set(self._member.assignment) if self._member is not None else set()
+
+
+#: Deprecated name of :class:`PushConsumerSettings` (the validated options).
+ConsumerOptions = PushConsumerSettings
