@@ -25,6 +25,7 @@ from adapter.clients.push_consumer import (
     TopicStats,
 )
 from adapter.clients.simple_consumer import MessageView, SimpleConsumer
+from adapter.core.breaker import CircuitBreaker, CircuitChange, CircuitState, OpenCircuit
 from adapter.core.delay import DelayLevels
 from adapter.core.listener import ListenerMode
 from adapter.core.message import Message, MessageExt
@@ -62,6 +63,9 @@ __all__ = [
     "AdapterError",
     "AuthenticationError",
     "BrokerUnavailableError",
+    "CircuitBreaker",
+    "CircuitChange",
+    "CircuitState",
     "ClientClosedError",
     "ClientLoopError",
     "ConfigError",
@@ -90,6 +94,7 @@ __all__ = [
     "MessageQueue",
     "MessageTooLargeError",
     "MessageView",
+    "OpenCircuit",
     "Ordering",
     "PossiblyPersistedError",
     "Producer",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from adapter.core.breaker import OpenCircuit
 from adapter.core.codec import Failure
 from adapter.core.routing import BatchOutcome, ConsumeConcurrentlyStatus, split_batch
 from adapter.errors import ListenerResultError
@@ -53,6 +54,12 @@ class ConsumeConcurrentlyContext:
             f"delay_level_when_next_consume={self.delay_level_when_next_consume!r})"
         )
 
+    def open_circuit(self, reason: str = "the listener opened the circuit") -> None:
+        """Fail this batch for a reason that is not the messages' fault (what it calls is
+        down): raises :class:`~adapter.core.breaker.OpenCircuit`, so the batch counts as
+        ``RECONSUME_LATER`` and the consumer's circuit breaker (if it has one) opens now."""
+        raise OpenCircuit(reason)
+
 
 class ConsumeOrderlyStatus(str, Enum):
     """What an orderly listener says about the batch it was handed."""
@@ -84,6 +91,12 @@ class ConsumeOrderlyContext:
             f"suspend_current_queue_time_millis={self.suspend_current_queue_time_millis!r})"
         )
 
+    def open_circuit(self, reason: str = "the listener opened the circuit") -> None:
+        """Fail this batch for a reason that is not the messages' fault: raises
+        :class:`~adapter.core.breaker.OpenCircuit`, so the batch is suspended and the
+        consumer's circuit breaker (if it has one) opens now."""
+        raise OpenCircuit(reason)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -95,6 +108,8 @@ class Outcome:
     failure: Failure
     #: what was wrong with the listener's answer, for the log (``None``: nothing)
     problem: str | None = None
+    #: what the listener raised (``None``: it returned), for a circuit breaker's ``trip_on``
+    error: BaseException | None = None
 
     @property
     def failed(self) -> range:
@@ -124,10 +139,12 @@ def judge(result: object, ctx: ConsumeConcurrentlyContext, size: int) -> Outcome
         return None  # the hot path: nothing else to look at
     problem: str | None = None
     failure: Failure | None = None
+    error: BaseException | None = None
     if isinstance(result, BaseException):
         failure = Failure.of(result)
         problem = f"listener raised {failure.type}: {result}"
         status = _LATER
+        error = result
     elif isinstance(result, ConsumeConcurrentlyStatus):
         status = result
     else:
@@ -154,7 +171,7 @@ def judge(result: object, ctx: ConsumeConcurrentlyContext, size: int) -> Outcome
             failure = Failure("RECONSUME_LATER", "listener returned RECONSUME_LATER")
         else:
             failure = Failure("NotAcknowledged", f"CONSUME_SUCCESS with ack_index={ack}")
-    return Outcome(split, ack, level, failure, problem)
+    return Outcome(split, ack, level, failure, problem, error)
 
 
 def _bad_context(ack: object, level: object) -> ListenerResultError | None:

@@ -112,7 +112,9 @@ class ConsumerCollector:
             "End offset minus the committable offset, per assigned partition",
             labels=["group", "topic", "partition"],
         )
+        circuit = _CircuitFamilies()
         if member is not None:
+            circuit.add(g, member)
             stats = member.stats
             for topic, st in list(stats.topics.items()):
                 consumed.add_metric([g, topic, "ok"], st.consume_ok)
@@ -142,6 +144,48 @@ class ConsumerCollector:
                 lag.add_metric([g, names.resolve(kafka_topic)[0], str(partition)], n)
         yield from (consumed, duration, running, in_flight, paused, send_backs, dead)
         yield from (failures, local, timeouts, lag)
+        yield from circuit.families()
+
+
+class _CircuitFamilies:
+    """A consumer's circuit breaker (no samples without one): its state, time open and
+    what it holds."""
+
+    def __init__(self) -> None:
+        self.state = GaugeMetricFamily(
+            "rmq_consumer_circuit_state",
+            "Circuit breaker state: 1 for the current one (closed, open, half_open)",
+            labels=["group", "state"],
+        )
+        self.open_seconds = CounterMetricFamily(
+            "rmq_consumer_circuit_open_seconds",
+            "Time the circuit breaker spent open or half-open",
+            labels=["group"],
+        )
+        self.opened = CounterMetricFamily(
+            "rmq_consumer_circuit_opened",
+            "Times the circuit breaker opened",
+            labels=["group"],
+        )
+        self.held = GaugeMetricFamily(
+            "rmq_consumer_circuit_held_messages",
+            "Messages held by the open circuit breaker (offsets held, not sent back)",
+            labels=["group"],
+        )
+
+    def add(self, group: str, member: Any) -> None:
+        circuit = getattr(member.engine, "circuit", None)
+        if circuit is None:
+            return
+        snap = circuit(member.clock.monotonic())
+        for state in ("closed", "open", "half_open"):
+            self.state.add_metric([group, state], 1.0 if snap.state.value == state else 0.0)
+        self.open_seconds.add_metric([group], snap.open_seconds)
+        self.opened.add_metric([group], snap.opened)
+        self.held.add_metric([group], snap.held_messages)
+
+    def families(self) -> tuple[Metric, ...]:
+        return (self.state, self.open_seconds, self.opened, self.held)
 
 
 class ScheduleCollector:
