@@ -52,7 +52,7 @@ def add_analytics_parser(
         choices=["parquet", "console"],
         help="repeatable (default: parquet when --output is given, else console)",
     )
-    s.add_argument("--window", default="1 minute")
+    s.add_argument("--window", default="1 minute", help="event-time window (default: 1 minute)")
     s.add_argument("--slide", help="sliding windows (default: tumbling)")
     s.add_argument("--watermark", default="2 minutes", help="how late an event may arrive")
     s.add_argument(
@@ -61,20 +61,40 @@ def add_analytics_parser(
         help="process what the topic holds now, then stop (the next run resumes)",
     )
     s.add_argument("--trigger", default="30 seconds", help="micro-batch interval")
-    s.add_argument("--starting-offsets", default="earliest")
-    s.add_argument("--max-offsets-per-trigger", type=int)
-    s.add_argument("--fail-on-data-loss", action="store_true")
+    s.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="where a new query starts reading (Spark's startingOffsets; default: earliest)",
+    )
+    s.add_argument("--max-offsets-per-trigger", type=int, help="records per micro-batch at most")
+    s.add_argument(
+        "--fail-on-data-loss",
+        action="store_true",
+        help="fail when records were deleted before they were read (Spark's failOnDataLoss)",
+    )
     s.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
-    s.add_argument("--kafka-option", action="append", metavar="kafka.KEY=VALUE")
+    s.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="kafka.KEY=VALUE",
+        help="an option for Spark's Kafka source (repeatable)",
+    )
     add_kafka_args(s)
 
     d = jobs.add_parser("dlq-report", help="batch DLQ report -> table, CSV and PNG chart")
     d.add_argument("--group", action="append", help="consumer group (default: every DLQ topic)")
     d.add_argument("--output", required=True, help="report directory")
-    d.add_argument("--top-keys", type=int, default=3)
+    d.add_argument(
+        "--top-keys", type=int, default=3, help="keys listed per group of dead letters (default: 3)"
+    )
     d.add_argument("--export", action="store_true", help="also export every entry as Avro")
     d.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
-    d.add_argument("--kafka-option", action="append", metavar="kafka.KEY=VALUE")
+    d.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="kafka.KEY=VALUE",
+        help="an option for Spark's Kafka source (repeatable)",
+    )
     add_kafka_args(d)
     return a
 

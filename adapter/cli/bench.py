@@ -13,7 +13,11 @@ def add_parser(sub: Any) -> None:
     from adapter.bench.registry import ALL
 
     b = sub.add_parser("bench", help="benchmarks against raw confluent-kafka in the same run")
-    b.add_argument("-b", "--bootstrap-servers")
+    b.add_argument(
+        "-b",
+        "--bootstrap-servers",
+        help="measure on this cluster (default: an embedded one, started for the run)",
+    )
     b.add_argument(
         "--brokers",
         type=int,
@@ -21,8 +25,12 @@ def add_parser(sub: Any) -> None:
         help="nodes of the embedded cluster it starts (without -b): 3 measures on a cluster "
         "(replication factor 3, min.insync.replicas 2), raw confluent-kafka on the same one",
     )
-    b.add_argument("--messages", type=int, default=100_000)
-    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument(
+        "--messages", type=int, default=100_000, help="messages per scenario (default: 100000)"
+    )
+    b.add_argument(
+        "--repeats", type=int, default=3, help="runs per scenario; the median counts (default: 3)"
+    )
     b.add_argument(
         "--only",
         action="append",
@@ -33,7 +41,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="skip the Spark analytics row (it needs the spark extra: pyspark)",
     )
-    b.add_argument("--json", default="bench-results/latest.json")
+    b.add_argument(
+        "--json",
+        default="bench-results/latest.json",
+        help="where the results go as JSON (default: bench-results/latest.json)",
+    )
     b.set_defaults(func=cmd_bench)
 
 

@@ -7,6 +7,8 @@ import argparse
 import json
 from typing import Any
 
+from adapter.cli.options import add_actions
+
 __all__ = ["add_parser", "cmd_kafka", "node_json"]
 
 
@@ -14,7 +16,20 @@ def add_parser(sub: Any) -> None:
     k = sub.add_parser(
         "kafka", help="the embedded Kafka (KRaft): one broker, or a cluster with --brokers 3"
     )
-    k.add_argument("action", choices=["start", "stop", "status", "kill"])
+    add_actions(
+        k,
+        {
+            "start": "start it (idempotent); prints the bootstrap address",
+            "stop": "controlled shutdown",
+            "status": "every node, its pid and whether it runs (JSON); exit 1 when not running",
+            "kill": "kill -9 (a fault to test against)",
+        },
+        _args,
+        cmd_kafka,
+    )
+
+
+def _args(k: argparse.ArgumentParser, action: str) -> None:
     k.add_argument("--name", default="default", help="instance name (default: default)")
     k.add_argument(
         "--brokers",
@@ -28,7 +43,6 @@ def add_parser(sub: Any) -> None:
         help="act on this node only (1..brokers): stop is a controlled shutdown, kill is "
         "SIGKILL, start brings it back on the same ports and data",
     )
-    k.set_defaults(func=cmd_kafka)
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:

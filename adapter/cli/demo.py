@@ -11,7 +11,11 @@ __all__ = ["add_parser", "cmd_demo"]
 
 def add_parser(sub: Any) -> None:
     m = sub.add_parser("demo", help="end-to-end demo of the retry ladder on the embedded broker")
-    m.add_argument("-b", "--bootstrap-servers")
+    m.add_argument(
+        "-b",
+        "--bootstrap-servers",
+        help="a broker to run against (default: an embedded one, started for the demo)",
+    )
     m.set_defaults(func=cmd_demo)
 
 

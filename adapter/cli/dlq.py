@@ -7,27 +7,45 @@ import json
 import sys
 from typing import Any
 
-from adapter.cli.options import add_kafka_args, kafka_config
+from adapter.cli.options import add_actions, add_kafka_args, kafka_config
 from adapter.constants import HEADER_BODY_OMITTED
+from adapter.errors import AdapterError
 
 __all__ = ["add_parser", "cmd_dlq"]
 
 
 def add_parser(sub: Any) -> None:
     d = sub.add_parser("dlq", help="list or redrive a group's dead letters")
-    d.add_argument("action", choices=["list", "redrive"])
-    d.add_argument("--group", required=True)
-    d.add_argument("--limit", type=int)
-    d.add_argument(
-        "--to-origin", action="store_true", help="redrive to the original topic (all groups)"
+    add_actions(
+        d,
+        {
+            "list": "one JSON line per dead letter (with whether it was redriven)",
+            "redrive": "send dead letters back for consumption (each once: a second run sends "
+            "only what is new or failed before; --all sends everything again)",
+        },
+        _args,
+        cmd_dlq,
     )
-    d.add_argument(
-        "--skip-missing-bodies",
-        action="store_true",
-        help="redrive the others when a body-omitted entry's body is gone (default: refuse)",
-    )
+
+
+def _args(d: argparse.ArgumentParser, action: str) -> None:
+    d.add_argument("--group", required=True, help="the consumer group whose %%DLQ%% it is")
+    d.add_argument("--limit", type=int, help="at most this many entries, oldest first")
+    if action == "redrive":
+        d.add_argument(
+            "--to-origin", action="store_true", help="redrive to the original topic (all groups)"
+        )
+        d.add_argument(
+            "--skip-missing-bodies",
+            action="store_true",
+            help="redrive the others when a body-omitted entry's body is gone (default: refuse)",
+        )
+        d.add_argument(
+            "--all",
+            action="store_true",
+            help="also entries an earlier redrive sent (redrive them again, on purpose)",
+        )
     add_kafka_args(d)
-    d.set_defaults(func=cmd_dlq)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -40,6 +58,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         entries = read_dlq(config, args.group, limit=args.limit, progress=reading)
     finally:
         reading.close()
+    if not entries:
+        _check_dlq_exists(config, args.group)
     if args.action == "list":
         for e in entries:
             m = e.message
@@ -58,6 +78,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                         "offset": m.queue_offset,
                         "body": m.body[:200].decode("utf-8", "replace"),
                         "body_omitted": m.properties.get(HEADER_BODY_OMITTED),
+                        "redriven": e.redriven,
                     },
                     ensure_ascii=False,
                 )
@@ -72,6 +93,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 entries,
                 to_origin=args.to_origin,
                 skip_missing_bodies=args.skip_missing_bodies,
+                again=args.all,
                 progress=sending,
             )
         finally:
@@ -79,4 +101,25 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         for msg_id, where, why in result.skipped:
             print(f"skipped {msg_id} (body at {where}): {why}", file=sys.stderr)
         print(f"redrove {result.sent} of {len(entries)} message(s)")
+        if result.already:
+            print(
+                f"{result.already} were redriven before and not sent again (--all sends them)",
+                file=sys.stderr,
+            )
     return 0
+
+
+def _check_dlq_exists(config: dict[str, Any], group: str) -> None:
+    """A DLQ topic that does not exist is a group that never ran (or a misspelt name): an
+    error, not an empty list."""
+    from adapter.core import naming
+    from adapter.io.admin import AdminSession
+
+    what = f"reading %DLQ%{group}"
+    session = AdminSession(config, timeout_s=15.0, what=what)
+    if session.partitions(naming.to_kafka(naming.dlq_topic(group)), what) is None:
+        raise AdapterError(
+            f"%DLQ%{group} does not exist: no consumer of group {group!r} has run here "
+            "(is the name right?)"
+        )
+

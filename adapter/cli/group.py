@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
         "progress",
         help="committed offset, end offset and lag per partition, members, DLQ size",
     )
-    gp.add_argument("--group", required=True)
+    gp.add_argument("--group", required=True, help="the consumer group")
     add_admin_args(gp)
     gp.set_defaults(func=cmd_group)
     gr = gsub.add_parser(
@@ -26,12 +26,12 @@ def add_parser(sub: Any) -> None:
         help="move the group's offsets on a topic (resetOffsetByTime); refuses a live group "
         "unless --force",
     )
-    gr.add_argument("--group", required=True)
+    gr.add_argument("--group", required=True, help="the consumer group (stopped, or --force)")
     gr.add_argument("--topic", required=True, help="logical topic name (e.g. orders, %%RETRY%%G)")
     to = gr.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-time", metavar="ISO8601", help="e.g. 2026-11-23T10:00:00Z")
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-earliest", action="store_true", help="the earliest retained offset")
+    to.add_argument("--to-latest", action="store_true", help="the end: skip everything unread")
     gr.add_argument(
         "--force",
         action="store_true",

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from adapter.cli import analytics, bench, broker, demo, dlq, group, msg, schedule, topics
+from adapter.cli.options import add_verbose_everywhere
 from adapter.embedded.broker import EmbeddedKafkaError
 from adapter.errors import AdapterError
 
@@ -31,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rmq-kafka", description=__doc__.split("\n")[0] if __doc__ else None
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging (also librdkafka's own lines)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     broker.add_parser(sub)
     topics.add_parser(sub)
@@ -43,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     analytics.add_parser(sub)
     bench.add_parser(sub)
+    add_verbose_everywhere(parser)
     return parser
 
 

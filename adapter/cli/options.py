@@ -19,6 +19,7 @@ from typing import Any
 from adapter.errors import AdapterError
 
 __all__ = [
+    "add_actions",
     "add_admin_args",
     "add_kafka_args",
     "admin_config",
@@ -123,3 +124,34 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
     return value
+
+
+def add_actions(
+    parser: argparse.ArgumentParser,
+    actions: dict[str, str],
+    add_args: Any,
+    func: Any,
+) -> None:
+    """Subcommands ``actions`` (name -> help) of a command family, each taking the options
+    ``add_args(subparser, name)`` adds and running ``func`` (``args.action`` is the name)."""
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(actions) + "}")
+    for name, text in actions.items():
+        action = sub.add_parser(name, help=text, description=text)
+        add_args(action, name)
+        action.set_defaults(func=func)
+
+
+def add_verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after the subcommand too (``rmq-kafka dlq list -v``), not only before it."""
+    for action in parser._actions:  # argparse has no public way to walk its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if "-v" not in child._option_string_actions:
+                    child.add_argument(
+                        "-v",
+                        "--verbose",
+                        action="store_true",
+                        default=argparse.SUPPRESS,
+                        help="debug logging (also librdkafka's own lines)",
+                    )
+                add_verbose_everywhere(child)

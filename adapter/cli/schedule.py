@@ -11,7 +11,14 @@ import signal
 import threading
 from typing import Any
 
-from adapter.cli.options import add_admin_args, add_kafka_args, admin_config, emit, kafka_config
+from adapter.cli.options import (
+    add_actions,
+    add_admin_args,
+    add_kafka_args,
+    admin_config,
+    emit,
+    kafka_config,
+)
 from adapter.services.schedule import DeliveryGuarantee
 
 __all__ = [
@@ -26,9 +33,17 @@ __all__ = [
 def add_service_parser(sub: Any) -> None:
     """``schedule-service run``."""
     s = sub.add_parser("schedule-service", help="the delay-level redelivery service")
-    s.add_argument("action", choices=["run"])
-    s.add_argument("--delay-levels")
-    s.add_argument("--namespace")
+    add_actions(
+        s,
+        {"run": "serve the delay-level topics until interrupted"},
+        _service_args,
+        cmd_schedule_service,
+    )
+
+
+def _service_args(s: argparse.ArgumentParser, action: str) -> None:
+    s.add_argument("--delay-levels", help="messageDelayLevel table (default: RocketMQ's 18 levels)")
+    s.add_argument("--namespace", help="serve this namespace's delay-level topics")
     s.add_argument("--group", help="service consumer group (default: rmq-schedule-service)")
     s.add_argument(
         "--delivery",
@@ -36,7 +51,9 @@ def add_service_parser(sub: Any) -> None:
         default=DeliveryGuarantee.EXACTLY_ONCE.value,
         help="EXACTLY_ONCE (default): forwards and offsets in one Kafka transaction per batch",
     )
-    s.add_argument("--partitions", type=int, default=3)
+    s.add_argument(
+        "--partitions", type=int, default=3, help="partitions of each delay-level topic it creates"
+    )
     s.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on this port (/metrics)"
     )
@@ -47,7 +64,6 @@ def add_service_parser(sub: Any) -> None:
     )
     s.add_argument("--trace-topic", help="emit a FORWARDED trace event per forward to this topic")
     add_kafka_args(s)
-    s.set_defaults(func=cmd_schedule_service)
 
 
 def add_status_parser(sub: Any) -> None:
@@ -57,7 +73,7 @@ def add_status_parser(sub: Any) -> None:
     ss = ssub.add_parser(
         "status", help="entries waiting, oldest due time and lag per delay-level topic"
     )
-    ss.add_argument("--namespace")
+    ss.add_argument("--namespace", help="the namespace's delay-level topics (default: none)")
     ss.add_argument(
         "--group",
         help="the ScheduleService's group (default: rmq-schedule-service[.<namespace>])",

@@ -6,22 +6,32 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from adapter.cli.options import add_kafka_args, kafka_config
+from adapter.cli.options import add_actions, add_kafka_args, kafka_config
 
 __all__ = ["add_parser", "cmd_topics"]
 
 
 def add_parser(sub: Any) -> None:
     t = sub.add_parser("topics", help="topic provisioning")
-    t.add_argument("action", choices=["ensure"])
+    add_actions(
+        t,
+        {"ensure": "create the retry, DLQ and delay-level topics that are missing"},
+        _args,
+        cmd_topics,
+    )
+
+
+def _args(t: argparse.ArgumentParser, action: str) -> None:
     t.add_argument(
         "--group",
         action="append",
         help="consumer group (repeatable): its %%RETRY%% and %%DLQ%% topics",
     )
     t.add_argument("--delay-levels", help="messageDelayLevel table (default: RocketMQ's 18 levels)")
-    t.add_argument("--namespace")
-    t.add_argument("--partitions", type=int, default=3)
+    t.add_argument("--namespace", help="the delay-level topics' namespace (default: none)")
+    t.add_argument(
+        "--partitions", type=int, default=3, help="partitions of each new topic (default: 3)"
+    )
     t.add_argument(
         "--replication-factor",
         type=int,
@@ -46,7 +56,6 @@ def add_parser(sub: Any) -> None:
         help="user topic (repeatable) whose max.message.bytes the planned topics must carry",
     )
     add_kafka_args(t)
-    t.set_defaults(func=cmd_topics)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:

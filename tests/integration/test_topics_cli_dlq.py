@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from consumer_helpers import end_offsets, ensure_configured, set_topic_config
@@ -259,11 +260,19 @@ def test_redrive_fetches_an_omitted_body_back_and_refuses_when_it_is_gone(
         return sum(end_offsets(conf, retry).values())
 
     before = retry_end()
-    # the CLI says the same and exits non-zero; --skip-missing-bodies sends the rest
-    out = _cli("dlq", "redrive", "--group", group, "-b", kafka_bootstrap_servers)
+    # the CLI says the same and exits non-zero; --skip-missing-bodies sends the rest (--all:
+    # both entries were redriven once already)
+    out = _cli("dlq", "redrive", "--group", group, "--all", "-b", kafka_bootstrap_servers)
     assert out.returncode != 0 and large.message.msg_id in out.stderr, out
     out = _cli(
-        "dlq", "redrive", "--group", group, "--skip-missing-bodies", "-b", kafka_bootstrap_servers
+        "dlq",
+        "redrive",
+        "--group",
+        group,
+        "--all",
+        "--skip-missing-bodies",
+        "-b",
+        kafka_bootstrap_servers,
     )
     assert out.returncode == 0 and "redrove 1 of 2" in out.stdout, out
     assert f"skipped {large.message.msg_id}" in out.stderr, out
@@ -371,3 +380,34 @@ def test_cli_kafka_start_is_idempotent_and_stops(tmp_path: Any) -> None:
         stopped = run("stop")
     assert stopped.stdout.strip() == "stopped"
     assert run("status").returncode == 1
+
+
+def test_cli_redrive_twice_sends_once_and_list_says_what_was_redriven(
+    kafka_bootstrap_servers: str,
+) -> None:
+    """``dlq redrive`` run twice delivered the same dead letters twice; ``dlq list`` did not
+    say which were redriven; ``dlq list`` of a group that never ran said "0 dead letters"."""
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    ensure_topics(conf, plan_topics(groups=[group], partitions=1, include_schedule=False))
+    dlq = naming.to_kafka(naming.dlq_topic(group))
+    producer = KafkaProducer(conf)
+    for i in range(3):
+        producer.produce(dlq, value=b"dead", headers=[("UNIQ_KEY", f"d{i}".encode())])
+    assert producer.flush(15) == 0
+    b = ("-b", kafka_bootstrap_servers)
+    first = _cli("dlq", "redrive", "--group", group, *b)
+    assert first.returncode == 0 and "redrove 3 of 3" in first.stdout, first
+    second = _cli("dlq", "redrive", "--group", group, *b)
+    assert second.returncode == 0 and "redrove 0 of 3" in second.stdout, second
+    assert "3 were redriven before" in second.stderr, second
+    listed = _cli("dlq", "list", "--group", group, "-v", *b)  # -v after the subcommand too
+    assert listed.returncode == 0, listed
+    assert [json.loads(line)["redriven"] for line in listed.stdout.splitlines()] == [True] * 3
+    again = _cli("dlq", "redrive", "--group", group, "--all", *b)
+    assert again.returncode == 0 and "redrove 3 of 3" in again.stdout, again
+    assert end_offsets(conf, naming.to_kafka(naming.retry_topic(group))) == {0: 6}
+
+    missing = _cli("dlq", "list", "--group", f"never-{group}", *b)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr, missing
+
