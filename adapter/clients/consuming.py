@@ -53,6 +53,7 @@ from adapter.core.clock import Clock
 from adapter.core.engine import (
     Action,
     Dropped,
+    Hurry,
     Pause,
     Resume,
     RunWork,
@@ -94,6 +95,9 @@ log = logging.getLogger("adapter.consumer")
 MAX_FETCH_GAP_S = 1.0
 #: Longest ``consume()`` waits for records when nothing else is due (the loop's tick).
 IDLE_FETCH_S = 0.1
+#: Longest the loop waits for the verdicts on copies that hold a partition at its flow
+#: limit before it pauses the partition (a healthy broker answers in a round trip).
+HURRY_WAIT_S = 0.05
 # REVOKE_DRAIN_S (adapter.clients.contracts), broadcasting's PERSIST_INTERVAL_S and
 # REDISCOVER_INTERVAL_S (adapter.clients.broadcasting) and LAG_INTERVAL_S
 # (adapter.clients.lag) are importable from here too; the member reads
@@ -189,6 +193,7 @@ class GroupConsumer:
         self._handle(StoreOffsets, self._store_offsets)
         self._handle(RunWork, self._run_work)
         self._handle(Pause, self._pause)
+        self._handle(Hurry, self._hurry)
         self._handle(Resume, self._resume)
         self._handle(Dropped, self._dropped)
         self._handle(TimedOut, self._timed_out)
@@ -369,6 +374,16 @@ class GroupConsumer:
     def _pause(self, action: Pause) -> None:
         log.debug("%s: pause %s: %s", self.name, action.tp, action.reason)
         self._consumer.pause([TopicPartition(*action.tp)])
+
+    def _hurry(self, action: Hurry) -> None:
+        """Copies awaiting their verdict hold these partitions at a flow limit: flush them
+        (sent at once, past ``linger.ms``; their verdicts served here) for at most
+        :data:`HURRY_WAIT_S`, then let the engine decide again (a pause if still needed)."""
+        log.debug("%s: hurry the copies holding %s", self.name, action.tps)
+        self.publisher.flush(HURRY_WAIT_S)
+        actions = self.engine.tick(self.clock.monotonic())
+        if actions:
+            self.apply(actions)
 
     def _resume(self, action: Resume) -> None:
         self._consumer.resume([TopicPartition(*action.tp)])

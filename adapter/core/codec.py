@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from adapter.constants import (
     FAILURE_MESSAGE_MAX_CHARS,
@@ -227,6 +228,90 @@ def _hop_headers(msg: MessageExt, group: str, failure: Failure | None) -> dict[s
     return out
 
 
+class _Encoded(dict[Any, tuple[str, bytes]]):
+    """``(name, value encoded)`` header pairs for values that repeat from copy to copy (a
+    group, its retry topic, a topic, a delay level), each made once and then shared by
+    every copy that carries it (pairs are immutable).  Bounded: cleared when full."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __missing__(self, value: str | int) -> tuple[str, bytes]:
+        if len(self) >= _ENCODED_MAX:
+            self.clear()
+        pair = self[value] = (
+            self.name,
+            b"%d" % value if isinstance(value, int) else value.encode(),
+        )
+        return pair
+
+
+_ENCODED_MAX = 4096
+_GROUP_PAIRS = _Encoded(HEADER_GROUP)
+_RETRY_TOPIC_PAIRS = _Encoded(PROPERTY_RETRY_TOPIC)
+_REAL_TOPIC_PAIRS = _Encoded(PROPERTY_REAL_TOPIC)
+_DELAY_PAIRS = _Encoded(PROPERTY_DELAY_TIME_LEVEL)
+#: the last failure's two header pairs: a failed batch's messages share one ``Failure``
+_last_failure: tuple[Failure | None, list[tuple[str, bytes | None]]] = (None, [])
+
+
+def _failure_pairs(failure: Failure) -> list[tuple[str, bytes | None]]:
+    global _last_failure  # noqa: PLW0603 - a one-entry cache, replaced whole (thread-safe)
+    last = _last_failure
+    if last[0] is failure:
+        return last[1]
+    pairs: list[tuple[str, bytes | None]] = [
+        (HEADER_FAILURE_TYPE, failure.type.encode()),
+        (HEADER_FAILURE_MESSAGE, failure.truncated().encode()),
+    ]
+    _last_failure = (failure, pairs)
+    return pairs
+
+
+def _hop_list(
+    msg: MessageExt, group: str, failure: Failure | None
+) -> list[tuple[str, bytes | None]]:
+    """:func:`_hop_headers` as the header list itself, in the same order (the hot path of
+    every retry copy: one list, the pairs that repeat from copy to copy made once)."""
+    hdr = msg.decoded()
+    raw = hdr.raw
+    born_kept = False
+    if raw:
+        system = SYSTEM_HEADERS
+        user: dict[str, bytes | None] = {}
+        for key, value in raw:
+            if key in system:
+                continue
+            user.pop(key, None)  # the last value of a repeated header wins, at the end
+            user[key] = value
+        out = list(user.items())
+        born_kept = HEADER_ORIGIN_BORN_MS in user
+    else:
+        out = []
+    msg_id = hdr.msg_id.encode()
+    origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
+    out += (
+        (PROPERTY_UNIQ_KEY, msg_id),
+        (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
+        _RETRY_TOPIC_PAIRS[msg.topic],
+        (PROPERTY_RECONSUME_TIME, b"%d" % (hdr.reconsume_times + 1)),
+        _GROUP_PAIRS[group],
+        (HEADER_ORIGIN_PARTITION, b"%d" % msg.queue_id),
+        (HEADER_ORIGIN_OFFSET, b"%d" % msg.queue_offset),
+    )
+    if not born_kept:
+        born = msg.born_timestamp
+        if born is not None:
+            out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
+    if failure is not None:
+        out += _failure_pairs(failure)
+    errors = hdr.errors
+    if errors:
+        out.append((HEADER_MALFORMED, "; ".join(errors)[:FAILURE_MESSAGE_MAX_CHARS].encode()))
+    return out
+
+
 def retry_headers(
     msg: MessageExt,
     *,
@@ -236,18 +321,18 @@ def retry_headers(
     due_ms: int,
     failure: Failure | None,
 ) -> list[tuple[str, bytes | None]]:
-    """A send-back to the delay topic of ``level``, bound for the group's retry topic
-    (what :func:`schedule_headers` adds, added to the hop's own dict)."""
-    out = _hop_headers(msg, group, failure)
-    _add_schedule(out, retry_topic, None, level, due_ms, None, None)
-    return _finish(out)
+    """A send-back to the delay topic of ``level``, bound for the group's retry topic: the
+    hop's headers, then what :func:`schedule_headers` adds (no queue id, no timer)."""
+    out = _hop_list(msg, group, failure)
+    out += (_REAL_TOPIC_PAIRS[retry_topic], _DELAY_PAIRS[level], (HEADER_DUE_MS, b"%d" % due_ms))
+    return out
 
 
 def straight_retry_headers(
     msg: MessageExt, *, group: str, failure: Failure | None
 ) -> list[tuple[str, bytes | None]]:
     """A copy sent straight to the group's retry topic (no delay level: the wait is over)."""
-    return _finish(_hop_headers(msg, group, failure))
+    return _hop_list(msg, group, failure)
 
 
 def dlq_headers(

@@ -18,6 +18,7 @@ from adapter.core.engine import (
     ConcurrentEngine,
     Dropped,
     EngineOptions,
+    Hurry,
     Pause,
     Resume,
     RunWork,
@@ -25,6 +26,7 @@ from adapter.core.engine import (
     StoreOffsets,
     Work,
 )
+from adapter.core.engine.concurrent import COPY_ALLOWANCE
 from adapter.core.listener import ConsumeConcurrentlyContext, MessageQueue, Outcome, judge
 from adapter.core.offsets import FlowLimits
 from adapter.core.publishing import Refusal
@@ -402,22 +404,57 @@ class TestFlowControl:
         assert of(Resume, eng.tick(0.0)) == [Resume(TP)]  # 2 in flight: half
         assert eng.paused() == []
 
-    def test_pause_on_the_offset_span_of_a_held_message(self) -> None:
+    def test_a_copy_in_flight_holds_the_span_up_to_its_allowance_then_is_hurried(self) -> None:
+        """A copy awaiting the broker's verdict is answered within a round trip or two: the
+        partition goes on fetching up to COPY_ALLOWANCE times its span limit; past that the
+        copies are hurried, and the partition pauses only if they are still unanswered."""
         eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
         work = eng.fetched(TP, msgs(0, 1), end=1)
         assert work is not None
         [back] = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 1), 0.0)], 0.0))
         eng.tick(0.0)
         eng.settle_run(eng.fetched(TP, msgs(1, 10), end=11), [], 0.0)  # type: ignore[arg-type]
-        assert of(Pause, eng.tick(0.0))
+        assert eng.tick(0.0) == []  # span 10 > 5: no pause, no hurry
+        end = 12 + 5 * COPY_ALLOWANCE
+        eng.settle_run(eng.fetched(TP, msgs(11, end - 11), end=end), [], 0.0)  # type: ignore[arg-type]
+        actions = eng.tick(0.0)
+        assert of(Hurry, actions) == [Hurry((TP,))] and of(Pause, actions) == []
+        [pause] = of(Pause, eng.tick(0.0))  # still unanswered at the next tick
+        assert pause.tp == TP and f"span {end - 1} > 5" in pause.reason
         eng.published(back)
         assert of(Resume, eng.tick(0.0)) == [Resume(TP)]
+        assert eng.committable(TP) == end
+
+    def test_a_hurried_copy_answered_in_time_spares_the_pause(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [back] = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 1), 0.0)], 0.0))
+        end = 12 + 5 * COPY_ALLOWANCE
+        eng.settle_run(eng.fetched(TP, msgs(1, end - 1), end=end), [], 0.0)  # type: ignore[arg-type]
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]
+        eng.published(back)  # the hurried copy's verdict
+        assert eng.tick(0.0) == [StoreOffsets(((TP, end),))]
+        assert eng.paused() == []
+
+    def test_pause_on_the_offset_span_of_a_message_waiting_for_its_local_retry(self) -> None:
+        """A copy the broker refused is consumed again locally later: nothing answers it
+        soon, so the span limit holds as it is."""
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [back] = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 1), 0.0)], 0.0))
+        assert eng.publish_failed(back, Refusal.TRANSIENT, 0.0) == []
+        eng.settle_run(eng.fetched(TP, msgs(1, 10), end=11), [], 0.0)  # type: ignore[arg-type]
+        [pause] = of(Pause, eng.tick(0.0))
+        assert pause.tp == TP and of(Hurry, eng.tick(0.0)) == []
 
     def test_bytes_of_held_messages_count(self) -> None:
         eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6))
         work = eng.fetched(TP, [Msg(0, body=b"y" * 20)], end=1, nbytes=20)
         assert work is not None
         eng.settle_run(work, [(0, outcome(LATER, 1), 0.0)], 0.0)
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]  # no allowance for bytes
         assert of(Pause, eng.tick(0.0))
 
 

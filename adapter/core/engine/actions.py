@@ -75,6 +75,19 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Hurry:
+    """These partitions reached a flow limit while copies awaiting the broker's verdict
+    hold their committable offsets: have every copy in flight sent now (past the producer's
+    linger) and its verdict served, for a bounded wait, instead of pausing.  A pause costs
+    far more than the acknowledgement: the partition's prefetched records are thrown away,
+    and its next fetch waits behind the fetch already in flight to the same broker, which
+    may be long-polling idle partitions (the retry topic) for ``fetch.wait.max.ms``.  If
+    the verdicts do not settle enough, the engine pauses the partitions at its next tick."""
+
+    tps: tuple[TP, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Resume:
     """Fetch ``tp`` again."""
 
@@ -108,7 +121,7 @@ class StoreOffsets:
     offsets: tuple[tuple[TP, int], ...]
 
 
-Action = SendBack | RunWork | Pause | Resume | Dropped | TimedOut | StoreOffsets
+Action = SendBack | RunWork | Pause | Hurry | Resume | Dropped | TimedOut | StoreOffsets
 
 
 def pause_change(

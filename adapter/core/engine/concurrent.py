@@ -26,7 +26,10 @@ Rules (RocketMQ 4.9 ``ConsumeMessageConcurrentlyService`` + the broker's send-ba
 * a copy the broker does not take for a transient reason is consumed again locally after
   ``send_back_retry_interval`` with ``reconsume_times + 1``, its offset held meanwhile;
 * a partition pauses while it has more than the flow limits in flight, and resumes below
-  half of them (a resume throws away what librdkafka fetched ahead);
+  half of them (a resume throws away what librdkafka fetched ahead); when a copy awaiting
+  the broker's verdict is what holds it there, it goes on to ``COPY_ALLOWANCE`` times the
+  count and span limits, then the copies are hurried
+  (:class:`~adapter.core.engine.actions.Hurry`) and it pauses only if that did not help;
 * results that come back for a revoked partition (an old generation) are ignored.
 """
 
@@ -43,6 +46,8 @@ from adapter.core.engine.actions import (
     Action,
     Dropped,
     EngineOptions,
+    Hurry,
+    Pause,
     RunWork,
     SendBack,
     TimedOut,
@@ -58,6 +63,10 @@ from adapter.core.types import TP
 
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
 
+#: How many times its count and span limits a partition may reach while what holds its
+#: committable offset is a copy awaiting the broker's verdict (see ``docs/semantics.md``).
+COPY_ALLOWANCE = 10
+
 
 class ConcurrentEngine:
     """The concurrent consume engine of one consumer (one instance per client)."""
@@ -71,6 +80,8 @@ class ConcurrentEngine:
         self._running: deque[tuple[Work, int]] = deque()  # pooled batches, in start order
         self._seq = itertools.count()
         self._next_store = 0.0
+        #: partitions hurried at the last tick: if still over a limit now, they pause
+        self._hurried: set[TP] = set()
 
     # -- partitions ------------------------------------------------------------------------
     def assigned(self, tp: TP) -> None:
@@ -294,15 +305,61 @@ class ConcurrentEngine:
         if self._retries and self._retries[0][0] <= now:
             actions = actions if actions is not _NO_ACTIONS else []
             actions.extend(self._due_retries(now))
+        hurried = self._hurried
+        if hurried:
+            self._hurried = set()
         if self._dirty:
             store = now >= self._next_store
             if store:
                 self._next_store = now + self.options.store_interval_s
             found = flow_and_offsets(self._parts, self._dirty, self.options.flow, store=store)
             if found:
+                found = self._hurry_first(found, hurried)
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.extend(found)
         return actions
+
+    def _hurry_first(self, found: list[Action], hurried: set[TP]) -> list[Action]:
+        """Flow control's pauses, except for a partition held at its limit by a copy that
+        awaits the broker's verdict: up to :data:`COPY_ALLOWANCE` times its count and span
+        limits it keeps fetching (the copy is answered within a round trip or two; a pause
+        would cost far more); past that the copies are hurried first (:class:`Hurry`), and
+        the partition pauses at the next tick only if it is still over a limit then."""
+        parts = self._parts
+        flow = self.options.flow
+        hurry: list[TP] = []
+        kept: list[Action] = []
+        for action in found:
+            if type(action) is not Pause or action.tp in hurried:
+                kept.append(action)
+                continue
+            part = parts[action.tp]
+            if not self._held_by_copy(part):
+                kept.append(action)
+                continue
+            part.paused = False  # not yet: looked at again at the next tick
+            self._dirty.add(action.tp)
+            allowance = COPY_ALLOWANCE
+            if flow.reason(part.count // allowance, part.nbytes, part.span // allowance) is None:
+                continue
+            self._hurried.add(action.tp)
+            hurry.append(action.tp)
+        if hurry:
+            kept.insert(0, Hurry(tuple(hurry)))
+        return kept
+
+    def _held_by_copy(self, part: PartitionState) -> bool:
+        """Whether ``part``'s smallest offset in flight is held by a copy sent and not
+        answered yet (not a running batch, not a copy waiting for its local retry)."""
+        for work in part.works:
+            first = work.first_unsettled()
+            if first is None:
+                continue
+            holder = work.holder(first)
+            return isinstance(holder, SendBack) and all(
+                waiting is not holder for _, _, waiting in self._retries
+            )
+        return False
 
     def _timeouts(self, now: float) -> list[Action]:
         running = self._running
@@ -312,7 +369,12 @@ class ConcurrentEngine:
             work, index = running[0]
             part = self._parts.get(work.tp)
             done = work.done
-            if part is None or part.generation != work.generation or (done and done[index]):
+            if (
+                part is None
+                or part.generation != work.generation
+                or not work.left  # all done (a run settled inline has no ``done`` flags)
+                or (done and done[index])
+            ):
                 running.popleft()
                 continue
             started = work.started[index] if work.started is not None else None
@@ -352,6 +414,27 @@ class ConcurrentEngine:
             self._running.append((retry, 0))
             actions.append(RunWork(retry))
         return actions
+
+    def rerun(self, held: Sequence[SendBack]) -> RunWork | None:
+        """Consume the messages of ``held`` again, as one batch with their
+        ``reconsume_times`` unchanged: copies that were never sent (a circuit breaker held
+        them; their offsets stayed held).  ``held`` come from one fetched run; those that
+        are no longer held by these actions (revoked, superseded) are left out."""
+        first = held[0]
+        part = self._parts.get(first.tp)
+        if part is None or part.generation != first.generation:
+            return None
+        home = first.work
+        msgs = [a.msg for a in held if home.holder(a.msg.queue_offset) is a]
+        if not msgs:
+            return None
+        end = msgs[-1].queue_offset + 1
+        retry = Work(first.tp, part.generation, msgs, len(msgs), end, origin=home)
+        for msg in msgs:
+            home.hold(msg.queue_offset, retry)  # held by the run until its result
+        retry.started = [None]
+        self._running.append((retry, 0))
+        return RunWork(retry)
 
     # -- introspection ---------------------------------------------------------------------
     def store_failed(self, tps: list[TP]) -> None:
