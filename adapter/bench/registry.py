@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from adapter.bench.analytics import analytics_scenarios, trace_scenarios
+from adapter.bench.breaker import breaker_scenarios
 from adapter.bench.consumer import blocking_scenario, consumer_scenarios, pool_scenarios
 from adapter.bench.failures import failure_scenarios
 from adapter.bench.forwarding import forwarding_scenarios
@@ -40,6 +41,7 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "blocking": _one(blocking_scenario),
     "consumer-1k": partial(consumer_scenarios, size=1000, batches=(32,)),
     "failures": partial(failure_scenarios, rates=(1, 10, 100)),
+    "breaker": breaker_scenarios,
     "pull": pull_scenarios,
     "orderly": orderly_scenarios,
     "producer": producer_scenarios,

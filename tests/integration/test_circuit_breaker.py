@@ -4,7 +4,7 @@ The issue's run (a 60 s outage, 20 000 messages sent during it, every message su
 within 30 s of recovery) is scaled to half its length at the same rate (30 s, 10 000
 messages, 15 s to settle), to keep the test short; the full run's figures, with and without
 the breaker, are in the README ("When a dependency is down"; ``python -m
-adapter.bench_breaker``).  The default ladder is used (first retry after 10 s), so what is
+adapter.bench.breaker``).  The default ladder is used (first retry after 10 s), so what is
 sent back before the breaker opens comes back within the run.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from adapter import CircuitBreaker
-from adapter.bench_breaker import outage
+from adapter.bench.breaker import outage
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

@@ -1,6 +1,6 @@
 """The outage scenario: a listener whose dependency is down for a while, with and without a
 circuit breaker.  One job: run it once against a broker and say what reached the retry
-ladder (the integration test asserts on it; ``python -m adapter.bench_breaker`` prints the
+ladder (the integration test asserts on it; ``python -m adapter.bench.breaker`` prints the
 figures for the README).
 
 Messages are produced at a steady rate during the outage; the listener fails every call
@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from adapter import CircuitBreaker, PushConsumer, ScheduleService
+from adapter.bench.harness import Bench, Scenario
 from adapter.core import naming
 from adapter.core.breaker import CircuitChange
 from adapter.core.delay import DelayLevels
@@ -207,10 +208,40 @@ def outage(
     return result
 
 
+def breaker_scenarios(
+    bench: Bench, *, messages: int = 5_000, outage_s: float = 20.0
+) -> list[Scenario]:
+    """The registry row: the same outage with the breaker off and on; what reached the retry
+    ladder per message sent (the breaker's job is to keep that near zero)."""
+    rows = []
+    for on in (False, True):
+        result = outage(
+            str(bench.config["bootstrap.servers"]),
+            breaker=CircuitBreaker() if on else None,
+            messages=messages,
+            outage_s=outage_s,
+            settle_s=outage_s,
+        )
+        sc = Scenario(
+            f"100% failing for {outage_s:g} s then recovered, breaker {'on' if on else 'off'} "
+            f"({messages} msgs)"
+        )
+        sc.extra = {
+            "retry_records_per_msg": round(
+                (result.retry_records + result.delay_records) / messages, 3
+            ),
+            "sent_back": result.sent_back,
+            "dead_letters": result.dead_letters,
+            "all_ok_after_s": result.all_ok_after_s,
+        }
+        rows.append(sc)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the outage with and without the breaker on an embedded broker (or
     ``--bootstrap``) and print one row each."""
-    parser = argparse.ArgumentParser(prog="python -m adapter.bench_breaker")
+    parser = argparse.ArgumentParser(prog="python -m adapter.bench.breaker")
     parser.add_argument("--bootstrap", default=None)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--outage", type=float, default=60.0)
