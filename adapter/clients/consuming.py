@@ -25,6 +25,7 @@ in :mod:`adapter.clients.contracts`.  Its Kafka clients come from factories
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -50,6 +51,7 @@ from adapter.clients.starts import StartPositions
 from adapter.constants import METADATA_REFRESH_MS
 from adapter.core import hops
 from adapter.core.clock import Clock
+from adapter.core.codec import logical_topic
 from adapter.core.engine import (
     Action,
     Dropped,
@@ -534,7 +536,7 @@ class GroupConsumer:
                 consumer.commit(offsets=initial, asynchronous=False)
             except KafkaException as exc:
                 log.warning("%s: committing start positions failed: %s", self.name, exc)
-        log.info("%s assigned %s", self.name, sorted((p.topic, p.partition) for p in partitions))
+        _log_partitions(self.name, "assigned", [(p.topic, p.partition) for p in partitions])
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
@@ -545,7 +547,7 @@ class GroupConsumer:
             self.engine.revoked(tp)
             self.assignment.discard(tp)
         release(consumer, partitions, self._cooperative)
-        log.info("%s revoked %s", self.name, sorted(tps))
+        _log_partitions(self.name, "revoked", tps)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         # the session expired: another member may own these now, so nothing is committed;
@@ -594,3 +596,17 @@ class GroupConsumer:
         """Per assigned partition: end offset minus committable offset (a snapshot the loop
         refreshes every second while ``track_lag`` is on; any thread may read it)."""
         return self.lag_tracker.snapshot()
+
+
+def _log_partitions(name: str, what: str, tps: list[TP]) -> None:
+    """One short INFO line (partitions per topic); the whole list at DEBUG."""
+    per_topic = Counter(topic for topic, _ in tps)
+    log.info(
+        "%s %s %d partition(s): %s",
+        name,
+        what,
+        len(tps),
+        ", ".join(f"{logical_topic(t)} x{n}" for t, n in sorted(per_topic.items())) or "none",
+    )
+    log.debug("%s %s %s", name, what, sorted(tps))
+
