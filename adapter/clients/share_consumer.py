@@ -7,7 +7,9 @@ partition.  The adapter keeps RocketMQ's contract on top (docs/semantics.md §4.
 invisible duration of a receive inside the group's lock, the release of a message whose
 invisible duration ran out, its own dead-letter queue one delivery before the broker's
 limit, and the group's configuration at start.  The decisions are in
-:mod:`adapter.core.share`.
+:mod:`adapter.core.share`; the group's configuration in :mod:`.share_group`, the message
+view (which is its own receipt handle) in :mod:`.share_view`, the dead-letter writes in
+:mod:`.share_dead_letters`.
 
 librdkafka's share consumer is not thread-safe and refuses a poll while a record of the
 previous one is unacknowledged.  So the consumer's state and every call into it sit behind
@@ -20,38 +22,39 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Unpack
 
 import confluent_kafka
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from adapter.clients.push_consumer import timestamp_ms
+from adapter.clients.share_dead_letters import write_dead_letters
+from adapter.clients.share_group import (
+    BROKER_DEFAULT_LOCK_S,
+    GROUP_LOCK,
+    configure_share_group,
+    share_group_configs,
+)
+from adapter.clients.share_view import ShareMessageView, share_view_of
 from adapter.clients.simple_consumer import (
-    DEFAULT_AWAIT_DURATION_S,
     MAX_AWAIT_DURATION_S,
     FilterExpression,
     MessageView,
     PullFuture,
     SimpleConsumer,
+    SimpleConsumerOptions,
+    SimpleOptions,
+    tag_filter_of,
 )
 from adapter.core import naming
-from adapter.core.clock import Clock
-from adapter.core.codec import Failure, dlq_headers
 from adapter.core.engine.pull import (
-    EXPIRED_FAILURE_TYPE,
     MAX_INVISIBLE_S,
     MIN_RECEIVE_INVISIBLE_S,
     HandleState,
@@ -59,17 +62,14 @@ from adapter.core.engine.pull import (
     seconds_of,
 )
 from adapter.core.filter import TagFilter
-from adapter.core.message import MessageExt, view_of
-from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of
-from adapter.core.routing import DeadLetterReason
+from adapter.core.offsets import consume_from_where_of
 from adapter.core.share import (
     DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
     NOT_FOR_SHARE_CONSUMER,
     Verdict,
-    auto_offset_reset,
     can_hold,
     delivery_limit,
-    lock_ms,
+    earliest_acquisition,
     max_receive_invisible,
     on_arrival,
     on_expiry,
@@ -82,20 +82,18 @@ from adapter.errors import (
     InvalidInputError,
     InvalidReceiptHandleError,
 )
-from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import (
-    admin_config,
-    build_options,
-    check_int,
-    check_kafka_config,
-    check_seconds,
-    producer_config,
-)
+from adapter.io.config import build_options, check_int, check_kafka_config, producer_config
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.share_consumer")
 
 __all__ = ["ShareMessageView", "ShareSimpleConsumer", "ShareSimpleConsumerOptions"]
+
+#: The share backend takes the classic backend's keyword options (one word switches
+#: backends); ``lock_duration`` is its own, ``max_delivery_attempts`` defaults differently.
+ShareSimpleConsumerOptions = SimpleConsumerOptions
+#: The view is its own receipt handle (one object per received record).
+ShareHandle = ShareMessageView
 
 #: Records librdkafka is asked for per poll (a soft limit: a fetch may bring more).
 POLL_RECORDS = 32
@@ -109,120 +107,27 @@ _ACK_FLUSH_S = 0.1
 _DLQ_TIMEOUT_S = 30.0
 #: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
 _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
-_GROUP_LOCK = "share.record.lock.duration.ms"
-_GROUP_LIMIT = "share.delivery.count.limit"
-_GROUP_RESET = "share.auto.offset.reset"
-
-
-class ShareSimpleConsumerOptions(TypedDict, total=False):
-    """Keyword options of the share backend (times in seconds)."""
-
-    await_duration: float | timedelta
-    max_delivery_attempts: int | None
-    lock_duration: float | timedelta | None
-    max_unacked_messages: int
-    pull_threshold_for_queue: int
-    pull_threshold_size_for_queue: int
-    consume_concurrently_max_span: int
-    auto_create_topics: bool
-    partitions: int
-    consume_from_where: ConsumeFromWhere | str | None
-    consume_timestamp: int | str | datetime | None
-    shutdown_await: float
-    clock: Clock
-    on_error: Any
+_ACCEPT = confluent_kafka.AcknowledgeType.ACCEPT
+_RELEASE = confluent_kafka.AcknowledgeType.RELEASE
+_REJECT = confluent_kafka.AcknowledgeType.REJECT
+_INVISIBLE = HandleState.INVISIBLE
+_ACKED = HandleState.ACKED
 
 
 @dataclass(frozen=True, slots=True)
-class ShareOptions:
-    """The validated options of the share backend.  The classic backend's flow-control
-    options are accepted (one word switches backends) and have no effect: the broker's
-    locks bound what a member holds."""
-
-    await_duration: float | timedelta = DEFAULT_AWAIT_DURATION_S
-    #: deliveries before the DLQ; ``None``: :data:`DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS`
-    max_delivery_attempts: int | None = None
-    #: the group's record lock (``share.record.lock.duration.ms``), set at start; ``None``
-    #: keeps the group's (broker default 30 s)
-    lock_duration: float | timedelta | None = None
-    max_unacked_messages: int = 10_000
-    pull_threshold_for_queue: int = 1000
-    pull_threshold_size_for_queue: int = 100
-    consume_concurrently_max_span: int = 2000
-    auto_create_topics: bool = True
-    partitions: int = 3
-    consume_from_where: ConsumeFromWhere | str | None = None
-    consume_timestamp: int | str | datetime | None = None
-    shutdown_await: float = 10.0
-    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
-    on_error: Any = None
+class ShareOptions(SimpleOptions):
+    """The validated options of the share backend: the classic backend's, with
+    ``lock_duration`` (the group's record lock, ``share.record.lock.duration.ms``, set at
+    start; ``None`` keeps the group's, broker default 30 s) and ``max_delivery_attempts``
+    defaulting to :data:`DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS` (the consumer fills it in).
+    The classic backend's flow-control options are accepted and have no effect: the
+    broker's locks bound what a member holds."""
 
     def __post_init__(self) -> None:
-        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
-        if self.max_delivery_attempts is not None:
-            check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
+        check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
         if self.lock_duration is not None:
             seconds_of("lock_duration", self.lock_duration, minimum=1, maximum=3600)
-        check_int("partitions", self.partitions, minimum=1)
-        check_seconds("shutdown_await", self.shutdown_await)
-        if self.consume_from_where is not None:
-            object.__setattr__(
-                self, "consume_from_where", consume_from_where_of(self.consume_from_where, None)
-            )
-        if self.consume_timestamp is not None:
-            timestamp_ms(self.consume_timestamp)
-        if self.on_error is not None and not callable(self.on_error):
-            raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
-
-
-class ShareHandle:
-    """One received record of a share group and its hold (the receipt handle).
-
-    ``token`` changes with each ``change_invisible_duration`` (the text form is the
-    receipt handle); ``count`` is the broker's delivery count."""
-
-    __slots__ = (
-        "acquired_at",
-        "consumer",
-        "count",
-        "deadline",
-        "duration",
-        "msg",
-        "record",
-        "state",
-        "token",
-    )
-
-    def __init__(self, consumer: str, record: Any, msg: MessageExt, count: int, now: float) -> None:
-        self.consumer = consumer
-        self.record = record
-        self.msg = msg
-        self.count = count
-        self.acquired_at = now
-        self.deadline = 0.0
-        self.duration = 0.0
-        self.token = 0
-        self.state = HandleState.INVISIBLE
-
-    def __str__(self) -> str:
-        rec = self.record
-        return (
-            f"{self.consumer}:{rec.topic()}:{rec.partition()}:{rec.offset()}:"
-            f"{self.count}:{self.token}"
-        )
-
-    def __repr__(self) -> str:
-        return f"ShareHandle({self}, {self.state.value})"
-
-
-class ShareMessageView(MessageView):
-    """A :class:`MessageView` of the share backend (same attributes)."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self, handle: ShareHandle) -> None:
-        super().__init__(handle)  # type: ignore[arg-type]
-        self.handle = handle
+        self.check_common()
 
 
 class ShareSimpleConsumer(SimpleConsumer):
@@ -241,14 +146,18 @@ class ShareSimpleConsumer(SimpleConsumer):
     ) -> None:
         # the classic state is not built: every public method is defined here
         del backend
-        self.share_options = build_options(ShareOptions, options, "SimpleConsumer(share)")
+        given: dict[str, Any] = dict(options)
+        if given.get("max_delivery_attempts") is None:
+            given["max_delivery_attempts"] = DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS
+        self.share_options = build_options(ShareOptions, given, "SimpleConsumer(share)")
+        self._given = options
         conf = check_kafka_config(config, "consumer")
         if consumer_group is not None:
             naming.check_group(consumer_group, "consumer_group")
-            given = conf.get("group.id")
-            if given is not None and given != consumer_group:
+            existing = conf.get("group.id")
+            if existing is not None and existing != consumer_group:
                 raise ConfigError(
-                    "group.id", given, f"differs from consumer_group={consumer_group!r}"
+                    "group.id", existing, f"differs from consumer_group={consumer_group!r}"
                 )
             conf["group.id"] = consumer_group
         group = conf.get("group.id")
@@ -260,11 +169,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         self.name = f"simple consumer {group} (share)"
         self.retry_topic = naming.retry_topic(group)
         self.dlq_topic = naming.dlq_topic(group)
-        self.max_delivery_attempts = (
-            opts.max_delivery_attempts
-            if opts.max_delivery_attempts is not None
-            else DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS
-        )
+        self.max_delivery_attempts: int = opts.max_delivery_attempts
         self.delivery_limit = delivery_limit(self.max_delivery_attempts)
         self.lock_duration: float | None = (
             None
@@ -276,13 +181,18 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._id = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
         self._subs: dict[str, TagFilter] = {}
-        self._by_kafka: dict[str, tuple[str, TagFilter]] = {}
-        self._cond = threading.Condition(threading.Lock())
+        #: Kafka topic → (topic, its tag filter or ``None`` when it takes every tag)
+        self._by_kafka: dict[str, tuple[str, TagFilter | None]] = {}
+        # the hot paths take the plain lock (entered in C); waits go through the condition
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._kc: Any = None
         self._producer: confluent_kafka.Producer | None = None
-        self._buffer: deque[ShareHandle] = deque()
-        self._held: dict[int, ShareHandle] = {}
-        self._dead: list[ShareHandle] = []
+        self._buffer: deque[ShareMessageView] = deque()
+        self._held: dict[int, ShareMessageView] = {}
+        #: no hold in ``_held`` ends before this (a lower bound: skips scans of ``_held``)
+        self._next_deadline = math.inf
+        self._dead: list[ShareMessageView] = []
         self._dead_in_flight = 0
         self._polling = False
         self._pending_acks = False
@@ -293,7 +203,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._upkeep: threading.Thread | None = None
-        self._counts = {"acked": 0, "released": 0, "dead_lettered": 0, "ack_failures": 0}
+        self._acked = self._released = self._dead_lettered = self._ack_failures = 0
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
 
@@ -301,17 +211,22 @@ class ShareSimpleConsumer(SimpleConsumer):
     def subscribe(self, topic: str, filter_expression: str | FilterExpression | None = "*") -> None:
         """Subscribe to a topic with a tag expression, before or after ``startup()``."""
         naming.check_user_topic(topic)
-        with self._cond:
-            self._subs[topic] = _filter_of(filter_expression)
-            self._by_kafka = {naming.to_kafka(t): (t, f) for t, f in self._subs.items()}
-            self._resubscribe = True
+        with self._lock:
+            self._subs[topic] = tag_filter_of(filter_expression)
+            self._subscribed()
 
     def unsubscribe(self, topic: str) -> None:
         """Stop reading ``topic`` (records of it received later are released)."""
-        with self._cond:
+        with self._lock:
             if self._subs.pop(topic, None) is not None:
-                self._by_kafka = {naming.to_kafka(t): (t, f) for t, f in self._subs.items()}
-                self._resubscribe = True
+                self._subscribed()
+
+    def _subscribed(self) -> None:
+        """Under the lock: the subscriptions changed (the next poll subscribes again)."""
+        self._by_kafka = {
+            naming.to_kafka(t): (t, None if f.tags is None else f) for t, f in self._subs.items()
+        }
+        self._resubscribe = True
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -357,7 +272,7 @@ class ShareSimpleConsumer(SimpleConsumer):
 
     def _configure_group(self) -> None:
         """Set the group's start rule, delivery limit and (when given) lock duration; read
-        the lock duration in force."""
+        the lock duration in force when none was given."""
         opts = self.share_options
         where = consume_from_where_of(
             opts.consume_from_where, self._config.get("auto.offset.reset")
@@ -368,38 +283,10 @@ class ShareSimpleConsumer(SimpleConsumer):
             if opts.consume_timestamp is not None
             else now_ms - _DEFAULT_TIMESTAMP_BACK_MS
         )
-        wanted = {
-            _GROUP_RESET: auto_offset_reset(where, ts, now_ms),
-            _GROUP_LIMIT: str(self.delivery_limit),
-        }
-        if self.lock_duration is not None:
-            wanted[_GROUP_LOCK] = str(lock_ms(self.lock_duration))
-        admin = AdminClient(admin_config(self._config))
-        resource = ConfigResource(
-            ResourceType.GROUP,
-            self.consumer_group,
-            incremental_configs=[
-                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                for k, v in wanted.items()
-            ],
-        )
-        try:
-            for fut in admin.incremental_alter_configs([resource]).values():
-                fut.result(timeout=30)
-        except confluent_kafka.KafkaException as exc:
-            field_name = (
-                "max_delivery_attempts" if _GROUP_LIMIT in str(exc) else "lock_duration"
-            )
-            raise ConfigError(
-                field_name,
-                getattr(opts, field_name),
-                f"the broker refused the share group's configuration {wanted}: {exc}",
-            ) from exc
+        wanted = share_group_configs(where, ts, now_ms, self.delivery_limit, self.lock_duration)
+        lock_s = configure_share_group(self._config, self.consumer_group, wanted, self._given)
         if self.lock_duration is None:
-            group = ConfigResource(ResourceType.GROUP, self.consumer_group)
-            for fut in admin.describe_configs([group]).values():
-                entry = fut.result(timeout=30).get(_GROUP_LOCK)
-                self.lock_duration = int(entry.value) / 1000 if entry is not None else 30.0
+            self.lock_duration = lock_s
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the group: records held or waiting here are released (visible again at
@@ -411,18 +298,18 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._stop.set()
         if self._upkeep is not None:
             self._upkeep.join(wait)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
             end = time.monotonic() + wait
             while self._polling and time.monotonic() < end:
                 self._cond.wait(0.1)
-            for h in [*self._held.values(), *self._buffer]:
-                if h.count >= self.delivery_limit:
-                    self._dead.append(h)
+            for v in [*self._held.values(), *self._buffer]:
+                if v.count >= self.delivery_limit:
+                    self._dead.append(v)
                 else:
-                    self._settle(h, confluent_kafka.AcknowledgeType.RELEASE, HandleState.REVOKED)
+                    self._settle(v, _RELEASE, HandleState.REVOKED)
             self._held.clear()
             self._buffer.clear()
             self._cond.notify_all()
@@ -473,7 +360,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         consumer's previous poll are held, it waits for them to be settled first."""
         n = receive_count(max_message_num)
         self._require_running()
-        lock_s = self.lock_duration or 30.0
+        lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
         invisible_s = seconds_of(
             "invisible_duration",
             invisible_duration,
@@ -485,13 +372,14 @@ class ShareSimpleConsumer(SimpleConsumer):
         clock = time.monotonic
         end = clock() + self._await_s
         while True:
-            with self._cond:
+            with self._lock:
                 self.check_alive()
                 now = clock()
                 self._expire(now)
-                views = self._take(n, invisible_s, now)
-                if views:
-                    return views
+                if self._buffer:
+                    views = self._take(n, invisible_s, now)
+                    if views:
+                        return views
                 idle = not (self._buffer or self._held or self._dead or self._dead_in_flight)
                 if not idle or self._polling:
                     if now >= end:
@@ -507,7 +395,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                     self._kc.subscribe(topics)
                 batch = self._kc.poll(max(0.0, min(end - clock(), _POLL_SLICE_S)))
             finally:
-                with self._cond:
+                with self._lock:
                     self._polling = False
                     self._last_sent = clock()
                     self._pending_acks = False  # the poll carried them
@@ -517,7 +405,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             if self._dead:
                 self._flush_dead_letters()
             if not batch and clock() >= end:
-                with self._cond:
+                with self._lock:
                     return self._take(n, invisible_s, clock())
 
     def receive_async(
@@ -538,77 +426,103 @@ class ShareSimpleConsumer(SimpleConsumer):
         return fut
 
     def _accept(self, batch: Any, now: float) -> None:
-        """Under the lock, after a poll: view, filter and sort the records acquired."""
+        """Under the lock, after a poll: view, filter and sort the records acquired (the
+        receive path: one object per record, no call that is not needed)."""
         kc = self._kc
+        owner, by_kafka, max_attempts = self._id, self._by_kafka, self.max_delivery_attempts
+        append = self._buffer.append
+        new, cls = object.__new__, ShareMessageView
         for rec in batch:
             if rec.error() is not None:
                 log.warning("%s: %s", self.name, rec.error())
                 continue
-            sub = self._by_kafka.get(rec.topic())
-            count = rec.delivery_count() or 1
+            sub = by_kafka.get(rec.topic())
             if sub is None:  # unsubscribed meanwhile: let another member have it
-                kc.acknowledge(rec, confluent_kafka.AcknowledgeType.RELEASE)
+                kc.acknowledge(rec, _RELEASE)
                 self._pending_acks = True
                 continue
             topic, tags = sub
-            msg = view_of(rec, topic, False, [None])
-            if tags.tags is not None and not tags.matches(msg.tags):
-                kc.acknowledge(rec, confluent_kafka.AcknowledgeType.ACCEPT)  # filtered: settled
+            # ShareMessageView.__init__, inlined; deadline, duration and token are set
+            # when the view is handed out
+            v: ShareMessageView = new(cls)
+            v.owner = owner
+            v.record = rec
+            v.user_topic = topic
+            v.msg = None
+            v.acquired_at = now
+            v.state = _INVISIBLE
+            count = v.count = rec.delivery_count() or 1
+            if tags is not None and not tags.matches(v.message.tags):
+                kc.acknowledge(rec, _ACCEPT)  # filtered: settled
                 self._pending_acks = True
                 continue
-            for _ in range(count - 1):
-                msg = msg.redelivered()
-            h = ShareHandle(self._id, rec, msg, count, now)
-            if on_arrival(count, self.max_delivery_attempts) is Verdict.DEAD_LETTER:
-                h.state = HandleState.EXPIRED
-                self._dead.append(h)
+            if count == 1:
+                append(v)
+                continue
+            v.deadline = v.duration = 0.0
+            v.token = 0
+            if on_arrival(count, max_attempts) is Verdict.DEAD_LETTER:
+                v.state = HandleState.EXPIRED
+                self._dead.append(v)
             else:
-                self._buffer.append(h)
+                append(v)
 
     def _take(self, n: int, invisible_s: float, now: float) -> list[MessageView]:
         """Under the lock: up to ``n`` buffered records, held for ``invisible_s``; one whose
         lock is too short for that is released unseen (or dead-lettered)."""
         out: list[MessageView] = []
-        buf, lock_s = self._buffer, self.lock_duration or 30.0
+        buf, held, tokens = self._buffer, self._held, self._tokens
+        earliest = earliest_acquisition(
+            self.lock_duration or BROKER_DEFAULT_LOCK_S, now, invisible_s
+        )
+        deadline = now + invisible_s
         while buf and len(out) < n:
-            h = buf.popleft()
-            if not can_hold(h.acquired_at, lock_s, now, invisible_s):
-                self._expire_one(h)
+            v = buf.popleft()
+            if v.acquired_at < earliest:  # not can_hold(...)
+                self._expire_one(v)
                 continue
-            h.deadline = now + invisible_s
-            h.duration = invisible_s
-            h.token = next(self._tokens)
-            self._held[h.token] = h
-            out.append(ShareMessageView(h))
+            v.deadline = deadline
+            v.duration = invisible_s
+            v.token = token = next(tokens)
+            held[token] = v
+            out.append(v)
+        if out and deadline < self._next_deadline:
+            self._next_deadline = deadline
         return out
 
     def _expire(self, now: float) -> None:
         """Under the lock: end the holds whose invisible duration ran out, and the buffered
         records that could no longer be held for the shortest receive."""
-        if self._held:
-            for h in [h for h in self._held.values() if h.deadline <= now]:
-                del self._held[h.token]
-                self._expire_one(h)
-        lock_s = self.lock_duration or 30.0
+        if now >= self._next_deadline:
+            held = self._held
+            for v in [v for v in held.values() if v.deadline <= now]:
+                del held[v.token]
+                self._expire_one(v)
+            self._next_deadline = min((v.deadline for v in held.values()), default=math.inf)
         buf = self._buffer
-        while buf and not can_hold(buf[0].acquired_at, lock_s, now, MIN_RECEIVE_INVISIBLE_S):
-            self._expire_one(buf.popleft())
+        if buf:
+            lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
+            earliest = earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S)
+            while buf and buf[0].acquired_at < earliest:
+                self._expire_one(buf.popleft())
 
-    def _expire_one(self, h: ShareHandle) -> None:
-        verdict = on_expiry(h.count, h.count, self.max_delivery_attempts, self.delivery_limit)
+    def _expire_one(self, v: ShareMessageView) -> None:
+        verdict = on_expiry(v.count, v.count, self.max_delivery_attempts, self.delivery_limit)
         if verdict is Verdict.DEAD_LETTER:
-            h.state = HandleState.EXPIRED
-            self._dead.append(h)
+            v.state = HandleState.EXPIRED
+            self._dead.append(v)
         else:
-            self._settle(h, confluent_kafka.AcknowledgeType.RELEASE, HandleState.EXPIRED)
+            self._settle(v, _RELEASE, HandleState.EXPIRED)
 
-    def _settle(self, h: ShareHandle, kind: Any, state: HandleState) -> None:
-        """Under the lock: acknowledge ``h`` locally (sent with the next poll or commit)."""
-        self._kc.acknowledge(h.record, kind)
-        h.state = state
+    def _settle(self, v: ShareMessageView, kind: Any, state: HandleState) -> None:
+        """Under the lock: acknowledge ``v`` locally (sent with the next poll or commit)."""
+        self._kc.acknowledge(v.record, kind)
+        v.state = state
         self._pending_acks = True
-        key = "acked" if kind == confluent_kafka.AcknowledgeType.ACCEPT else "released"
-        self._counts[key] += 1
+        if kind == _ACCEPT:
+            self._acked += 1
+        else:
+            self._released += 1
         if not self._held:  # a receive waiting for the batch to be settled may poll now
             self._cond.notify_all()
 
@@ -616,54 +530,36 @@ class ShareSimpleConsumer(SimpleConsumer):
     def _flush_dead_letters(self) -> None:
         """Write the records due for the DLQ, wait for the broker, then REJECT each one
         written (RELEASE one that was not: it comes back and is tried again)."""
-        with self._cond:
+        with self._lock:
             dead, self._dead = self._dead, []
             self._dead_in_flight += len(dead)
         if not dead:
             return
         producer = self._producer
         assert producer is not None
-        results: dict[int, BaseException | None] = {}
-        dlq = naming.to_kafka(self.dlq_topic)
-        now_ms = self._clock.now_ms()
-        for i, h in enumerate(dead):
-            msg = h.msg
-            failure = Failure(
-                EXPIRED_FAILURE_TYPE,
-                f"not acknowledged within its invisible duration of {h.duration:g} s "
-                f"(delivery attempt {msg.reconsume_times + 1} of {self.max_delivery_attempts})",
-            )
-            headers: list[Any] = dlq_headers(
-                msg,
-                group=self.consumer_group,
-                reason=DeadLetterReason.MAX_DELIVERY_ATTEMPTS.value,
-                now_ms=now_ms,
-                failure=failure,
-            )
-
-            def done(err: Any, _rec: Any, i: int = i) -> None:
-                results[i] = None if err is None else confluent_kafka.KafkaException(err)
-
-            try:
-                producer.produce(
-                    dlq, value=msg.body, key=h.record.key(), headers=headers, on_delivery=done
-                )
-            except (confluent_kafka.KafkaException, BufferError) as exc:
-                results[i] = exc
-        producer.flush(_DLQ_TIMEOUT_S)
-        with self._cond:
+        results = write_dead_letters(
+            producer,
+            dead,
+            dlq_kafka_topic=naming.to_kafka(self.dlq_topic),
+            group=self.consumer_group,
+            max_delivery_attempts=self.max_delivery_attempts,
+            now_ms=self._clock.now_ms(),
+            timeout=_DLQ_TIMEOUT_S,
+        )
+        with self._lock:
             self._dead_in_flight -= len(dead)
             if self._kc is None:
                 return
-            for i, h in enumerate(dead):
-                err = results.get(i, TimeoutError("no delivery report"))
+            for v, err in zip(dead, results, strict=True):
                 if err is None:
-                    self._kc.acknowledge(h.record, confluent_kafka.AcknowledgeType.REJECT)
-                    self._counts["dead_lettered"] += 1
+                    self._kc.acknowledge(v.record, _REJECT)
+                    self._dead_lettered += 1
                 else:
-                    log.error("%s: dead letter of %s not written: %s", self.name, h, err)
-                    self._kc.acknowledge(h.record, confluent_kafka.AcknowledgeType.RELEASE)
-                    self._counts["released"] += 1
+                    log.error(
+                        "%s: dead letter of %s not written: %s", self.name, v.handle_text(), err
+                    )
+                    self._kc.acknowledge(v.record, _RELEASE)
+                    self._released += 1
             self._pending_acks = True
             self._cond.notify_all()
 
@@ -671,7 +567,7 @@ class ShareSimpleConsumer(SimpleConsumer):
     def _upkeep_loop(self) -> None:
         try:
             while not self._stop.wait(_TICK_S):
-                with self._cond:
+                with self._lock:
                     if self._closed:
                         return
                     now = time.monotonic()
@@ -693,48 +589,58 @@ class ShareSimpleConsumer(SimpleConsumer):
     def _on_commit(self, offsets: Any, exc: Any) -> None:
         """librdkafka's acknowledgement results (on whichever thread called it)."""
         if exc is not None:
-            self._counts["ack_failures"] += 1
+            self._ack_failures += 1
             log.warning("%s: acknowledgement failed at the broker: %s", self.name, exc)
 
     # -- acknowledging ---------------------------------------------------------------------
-    def _live(self, message: object, now: float) -> ShareHandle:
-        """Under the lock: the held handle of ``message``, or the reason it is not."""
-        h = _share_handle(message)
-        if h.consumer != self._id:
-            raise InvalidReceiptHandleError(str(h), "issued by another consumer")
-        if h.state is HandleState.INVISIBLE and self._held.get(h.token) is h:
-            if h.deadline > now:
-                return h
-            del self._held[h.token]
-            self._expire_one(h)
+    def _live(self, message: object, now: float) -> ShareMessageView:
+        """Under the lock: the held view ``message``, or the reason it is not."""
+        v = share_view_of(message)
+        if v.owner != self._id:
+            raise InvalidReceiptHandleError(v.handle_text(), "issued by another consumer")
+        if v.state is _INVISIBLE and self._held.get(v.token) is v:
+            if v.deadline > now:
+                return v
+            del self._held[v.token]
+            self._expire_one(v)
         reason = {
             HandleState.ACKED: "already acknowledged",
             HandleState.REVOKED: "released when the consumer was shut down",
-        }.get(h.state, "its invisible duration ran out")
-        raise InvalidReceiptHandleError(str(h), reason)
+        }.get(v.state, "its invisible duration ran out")
+        raise InvalidReceiptHandleError(v.handle_text(), reason)
 
     def ack(self, message: MessageView) -> None:
         """Acknowledge ``message`` (ACCEPT; sent with the next poll or within a tick).
         Again: harmless; expired or another consumer's: :class:`InvalidReceiptHandleError`."""
-        h = _share_handle(message)
-        with self._cond:
-            if h.state is HandleState.ACKED and h.consumer == self._id:
+        v = message if type(message) is ShareMessageView else share_view_of(message)
+        with self._lock:
+            if (
+                v.state is not _INVISIBLE
+                or v.owner != self._id
+                or self._closed
+                or self._held.get(v.token) is not v
+                or v.deadline <= time.monotonic()
+            ):
+                self._ack_slow(v)
                 return
-            if self._kc is None or self._closed:
-                self._require_running()
-            h = self._live(message, time.monotonic())
-            del self._held[h.token]
-            self._settle(h, confluent_kafka.AcknowledgeType.ACCEPT, HandleState.ACKED)
+            # the common case, inline: a live hold of this consumer
+            del self._held[v.token]
+            self._kc.acknowledge(v.record, _ACCEPT)
+            v.state = _ACKED
+            self._acked += 1
+            self._pending_acks = True
+            if not self._held:
+                self._cond.notify_all()
 
-    def ack_async(self, message: MessageView) -> PullFuture[None]:
-        fut: PullFuture[None] = PullFuture()
-        try:
-            self.ack(message)
-        except Exception as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(None)
-        return fut
+    def _ack_slow(self, v: ShareMessageView) -> None:
+        """Under the lock: :meth:`ack` of anything but a live hold of this consumer."""
+        if v.state is _ACKED and v.owner == self._id:
+            return
+        if self._kc is None or self._closed:
+            self._require_running()
+        v = self._live(v, time.monotonic())
+        del self._held[v.token]
+        self._settle(v, _ACCEPT, _ACKED)
 
     def change_invisible_duration(
         self, message: MessageView, invisible_duration: float | timedelta
@@ -747,37 +653,28 @@ class ShareSimpleConsumer(SimpleConsumer):
             "invisible_duration", invisible_duration, minimum=0, maximum=MAX_INVISIBLE_S
         )
         self._require_running()
-        with self._cond:
+        with self._lock:
             now = time.monotonic()
-            h = self._live(message, now)
-            lock_s = self.lock_duration or 30.0
-            if invisible_s > 0 and not can_hold(h.acquired_at, lock_s, now, invisible_s):
-                room = max(0.0, h.acquired_at + usable_hold(lock_s) - now)
+            v = self._live(message, now)
+            lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
+            if invisible_s > 0 and not can_hold(v.acquired_at, lock_s, now, invisible_s):
+                room = max(0.0, v.acquired_at + usable_hold(lock_s) - now)
                 raise InvalidInputError(
                     "invisible_duration",
                     invisible_duration,
                     f"at most {room:.1f} s for this message: the share group's record lock "
-                    f"({lock_s:g} s, {_GROUP_LOCK}) cannot be extended",
+                    f"({lock_s:g} s, {GROUP_LOCK}) cannot be extended",
                 )
-            del self._held[h.token]
-            h.token = next(self._tokens)
-            h.deadline = now + invisible_s
-            h.duration = invisible_s
-            self._held[h.token] = h
+            del self._held[v.token]
+            v.token = next(self._tokens)
+            v.deadline = now + invisible_s
+            v.duration = invisible_s
             if invisible_s == 0:
-                del self._held[h.token]
-                self._expire_one(h)
-            return str(h)
-
-    def change_invisible_duration_async(
-        self, message: MessageView, invisible_duration: float | timedelta
-    ) -> PullFuture[str]:
-        fut: PullFuture[str] = PullFuture()
-        try:
-            fut.set_result(self.change_invisible_duration(message, invisible_duration))
-        except Exception as exc:
-            fut.set_exception(exc)
-        return fut
+                self._expire_one(v)
+            else:
+                self._held[v.token] = v
+                self._next_deadline = min(self._next_deadline, v.deadline)
+            return v.handle_text()
 
     # -- figures ---------------------------------------------------------------------------
     @property
@@ -788,10 +685,15 @@ class ShareSimpleConsumer(SimpleConsumer):
 
     def stats(self) -> dict[str, Any]:
         """Counts since start: acknowledged, released, dead-lettered, failed acks."""
-        return dict(self._counts)
+        return {
+            "acked": self._acked,
+            "released": self._released,
+            "dead_lettered": self._dead_lettered,
+            "ack_failures": self._ack_failures,
+        }
 
     def running_info(self) -> dict[str, Any]:
-        with self._cond:
+        with self._lock:
             return {
                 "group": self.consumer_group,
                 "backend": "share",
@@ -803,26 +705,5 @@ class ShareSimpleConsumer(SimpleConsumer):
                 "available": len(self._buffer),
                 "unacked": len(self._held),
                 "dead_letters_pending": len(self._dead) + self._dead_in_flight,
-                **self._counts,
+                **self.stats(),
             }
-
-
-def _share_handle(message: object) -> ShareHandle:
-    if not isinstance(message, ShareMessageView):
-        raise InvalidInputError(
-            "message", message, "expected a MessageView from receive() of this consumer"
-        )
-    return message.handle
-
-
-def _filter_of(expression: str | FilterExpression | None) -> TagFilter:
-    """A subscription's tag filter (SQL92 refused, as on the classic backend)."""
-    if isinstance(expression, FilterExpression):
-        if str(expression.filter_type).upper() not in ("TAG", "1", "FILTERTYPE.TAG"):
-            raise InvalidInputError(
-                "filter_expression",
-                expression,
-                "only tag expressions are supported (Kafka has no broker-side SQL92 filter)",
-            )
-        return TagFilter.parse(expression.expression)
-    return TagFilter.parse(expression)

@@ -176,7 +176,6 @@ class SimpleOptions:
             raise ConfigError(
                 "lock_duration", self.lock_duration, "only with backend='share' (record locks)"
             )
-        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
         check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
         check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
         if self.max_unacked_messages > 1_000_000:
@@ -186,6 +185,12 @@ class SimpleOptions:
         check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
         check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
         check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
+        self.check_common()
+
+    def check_common(self) -> None:
+        """The checks of the options both backends use (the share backend's options are
+        this class with its own ``__post_init__``)."""
+        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
         check_int("partitions", self.partitions, minimum=1)
         check_seconds("shutdown_await", self.shutdown_await)
         if self.consume_from_where is not None:
@@ -465,7 +470,7 @@ class SimpleConsumer:
         if self._loop is not None and self._loop.closed:
             raise ClientClosedError(f"{self.name} was shut down; create a new SimpleConsumer")
         naming.check_user_topic(topic)
-        self._subscriptions[topic] = _tag_filter(filter_expression)
+        self._subscriptions[topic] = tag_filter_of(filter_expression)
         self._changed()
 
     def unsubscribe(self, topic: str) -> None:
@@ -779,7 +784,7 @@ def _handle_of(message: object) -> ReceiptHandle:
     return message._handle
 
 
-def _tag_filter(expression: str | FilterExpression | None) -> TagFilter:
+def tag_filter_of(expression: str | FilterExpression | None) -> TagFilter:
     if isinstance(expression, FilterExpression) or (
         expression is not None and not isinstance(expression, str)
     ):

@@ -104,7 +104,13 @@ def max_receive_invisible(lock_s: float) -> float:
 def can_hold(acquired_at: float, lock_s: float, now: float, invisible_s: float) -> bool:
     """Whether a record acquired at ``acquired_at`` can stay invisible until
     ``now + invisible_s`` inside its lock (less the acknowledgement margin)."""
-    return now + invisible_s <= acquired_at + usable_hold(lock_s)
+    return acquired_at >= earliest_acquisition(lock_s, now, invisible_s)
+
+
+def earliest_acquisition(lock_s: float, now: float, invisible_s: float) -> float:
+    """The earliest acquisition time of a record that can stay invisible until
+    ``now + invisible_s`` (:func:`can_hold`, computed once for a batch of records)."""
+    return now + invisible_s - usable_hold(lock_s)
 
 
 def auto_offset_reset(where: ConsumeFromWhere, timestamp_ms: int, now_ms: int) -> str:

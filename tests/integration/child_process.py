@@ -40,6 +40,8 @@ class ChildProcess:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Self:
+        if self.proc is not None:  # a second child would outlive kill() and close()
+            raise RuntimeError(f"{self.name} was already started")
         self.proc = subprocess.Popen(
             self.argv,
             stdout=subprocess.PIPE,

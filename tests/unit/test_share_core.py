@@ -13,6 +13,7 @@ from adapter.core.share import (
     auto_offset_reset,
     can_hold,
     delivery_limit,
+    earliest_acquisition,
     lock_ms,
     max_receive_invisible,
     on_arrival,
@@ -56,6 +57,16 @@ def test_the_hold_stays_inside_the_lock_less_the_margin() -> None:
     assert not can_hold(100.0, 30.0, 100.0, 29.5)
     assert can_hold(100.0, 30.0, 110.0, 19.0)
     assert not can_hold(100.0, 30.0, 110.0, 19.5)
+
+
+def test_the_earliest_acquisition_that_can_still_be_held() -> None:
+    # a hold until 110 + 19 inside a 30 s lock (29 s usable): acquired at 100 or later
+    assert earliest_acquisition(30.0, 110.0, 19.0) == 100.0
+    assert earliest_acquisition(3.0, 50.0, 1.0) == pytest.approx(48.3)
+    for acquired in (99.9, 100.0, 100.1):
+        assert can_hold(acquired, 30.0, 110.0, 19.0) == (
+            acquired >= earliest_acquisition(30.0, 110.0, 19.0)
+        )
 
 
 def test_consume_from_where_becomes_the_groups_offset_reset() -> None:
