@@ -24,7 +24,7 @@ from adapter.clients.push_consumer import (
     PushConsumer,
     TopicStats,
 )
-from adapter.clients.simple_consumer import MessageView, SimpleConsumer
+from adapter.clients.simple_consumer import MessageView, SimpleConsumer, SimpleConsumerBackend
 from adapter.core.breaker import CircuitBreaker, CircuitChange, CircuitState, OpenCircuit
 from adapter.core.delay import DelayLevels
 from adapter.core.listener import ListenerMode
@@ -107,6 +107,7 @@ __all__ = [
     "SendTimeoutError",
     "ShutdownTimeoutError",
     "SimpleConsumer",
+    "SimpleConsumerBackend",
     "TopicNameError",
     "TopicStats",
     "UnackedLimitError",

@@ -63,6 +63,3 @@ __all__ = [
 # the names these had when this was one module
 pull_consumer_scenarios = pull_scenarios
 orderly_consumer_scenarios = orderly_scenarios
-# adapter.bench_share still imports the old private names
-_noop_listener = noop_listener
-_uid = uid

@@ -107,8 +107,6 @@ class Bench:
         self.repeats = repeats
 
     measure = staticmethod(measure)
-    #: the old name (``adapter.bench_share`` still calls it)
-    _measure = measure
 
     # -- helpers ---------------------------------------------------------------------------
     def topic(self, partitions: int = 1) -> str:

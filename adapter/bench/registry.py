@@ -22,6 +22,7 @@ from adapter.bench.memory import rss_scenario
 from adapter.bench.orderly import orderly_scenarios
 from adapter.bench.producer import producer_scenarios
 from adapter.bench.pull import pull_scenarios
+from adapter.bench.share import share_consumer_scenario
 from adapter.services.schedule import DeliveryGuarantee
 
 __all__ = ["ALL", "SCENARIOS", "SPARK_SCENARIO", "ScenarioRun"]
@@ -43,6 +44,7 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "failures": partial(failure_scenarios, rates=(1, 10, 100)),
     "breaker": breaker_scenarios,
     "pull": pull_scenarios,
+    "share": _one(share_consumer_scenario),
     "orderly": orderly_scenarios,
     "producer": producer_scenarios,
     "forwarding": forwarding_scenarios,

@@ -19,11 +19,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from adapter.bench import CONSUMER_SCALE, Scenario, _noop_listener, _uid
+from adapter.bench.harness import CONSUMER_SCALE, Scenario, measure, noop_listener, uid
 from adapter.clients.simple_consumer import SimpleConsumer
 
 if TYPE_CHECKING:
-    from adapter.bench import Bench
+    from adapter.bench.harness import Bench
 
 #: Messages per receive (RocketMQ's maximum) and records asked of librdkafka per poll.
 BATCH = 32
@@ -36,13 +36,13 @@ def share_consumer_scenario(bench: Bench, size: int = 100) -> Scenario:
     topic = bench.topic()
     bench.fill(topic, n, size)
     for _ in range(bench.repeats):
-        sc.raw.append(bench._measure(partial(_raw_share_loop, bench, topic, n)))
-        sc.ours.append(bench._measure(partial(_share_receive, bench, topic, n)))
+        sc.raw.append(measure(partial(_raw_share_loop, bench, topic, n)))
+        sc.ours.append(measure(partial(_share_receive, bench, topic, n)))
     return sc
 
 
 def _earliest_group(bench: Bench, prefix: str) -> str:
-    group = f"{prefix}-{_uid()}"
+    group = f"{prefix}-{uid()}"
     admin = AdminClient(dict[str, Any](bench.config))
     entry = ConfigEntry(
         "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
@@ -74,7 +74,7 @@ def _raw_share_loop(bench: Bench, topic: str, n: int) -> tuple[int, float, float
         if not first:
             first = time.perf_counter()
         records = [m for m in msgs if m.error() is None]
-        _noop_listener(records)
+        noop_listener(records)
         for m in records:
             c.acknowledge(m, accept)
         seen += len(records)
@@ -86,7 +86,7 @@ def _raw_share_loop(bench: Bench, topic: str, n: int) -> tuple[int, float, float
 def _share_receive(bench: Bench, topic: str, n: int) -> tuple[int, float, float]:
     consumer = SimpleConsumer(
         bench.config,
-        f"share-ours-{_uid()}",
+        f"share-ours-{uid()}",
         backend="share",
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
         partitions=1,
@@ -102,7 +102,7 @@ def _share_receive(bench: Bench, topic: str, n: int) -> tuple[int, float, float]
                 continue
             if not first:
                 first = time.perf_counter()
-            _noop_listener(views)
+            noop_listener(views)
             for view in views:
                 consumer.ack(view)
             seen += len(views)

@@ -44,11 +44,13 @@ from adapter.clients.share_group import (
 )
 from adapter.clients.share_view import ShareMessageView, share_view_of
 from adapter.clients.simple_consumer import (
+    BACKENDS,
     MAX_AWAIT_DURATION_S,
     FilterExpression,
     MessageView,
     PullFuture,
     SimpleConsumer,
+    SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
     tag_filter_of,
@@ -707,3 +709,6 @@ class ShareSimpleConsumer(SimpleConsumer):
                 "dead_letters_pending": len(self._dead) + self._dead_in_flight,
                 **self.stats(),
             }
+
+
+BACKENDS[SimpleConsumerBackend.SHARE] = ShareSimpleConsumer

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
@@ -124,6 +125,22 @@ class FilterExpression:
 
     expression: str = "*"
     filter_type: str = "TAG"
+
+
+class SimpleConsumerBackend(str, Enum):
+    """Where a :class:`SimpleConsumer`'s queue semantics live."""
+
+    CLASSIC = "classic"
+    """A classic consumer group: invisibility tracked by the client, at most one consumer per
+    partition (the default)."""
+    SHARE = "share"
+    """A Kafka share group (KIP-932, broker 4.2+): broker-side record locks and delivery
+    counts, any number of consumers per partition (docs/semantics.md §4.13.1)."""
+
+
+#: backend -> the class implementing it; every backend but CLASSIC registers itself when its
+#: module is imported (``adapter.clients`` imports them all).
+BACKENDS: dict[SimpleConsumerBackend, type[SimpleConsumer]] = {}
 
 
 class SimpleConsumerOptions(TypedDict, total=False):
@@ -402,14 +419,18 @@ class SimpleConsumer:
     :mod:`adapter.clients.share_consumer`, docs/semantics.md §4.13.1).
     """
 
-    def __new__(cls, *args: Any, backend: str = "classic", **kwargs: Any) -> SimpleConsumer:
+    def __new__(
+        cls, *args: Any, backend: SimpleConsumerBackend | str = "classic", **kwargs: Any
+    ) -> SimpleConsumer:
         del args, kwargs
-        if backend == "share" and cls is SimpleConsumer:
-            from adapter.clients.share_consumer import ShareSimpleConsumer
-
-            return super().__new__(ShareSimpleConsumer)
-        if backend not in ("classic", "share"):
-            raise ConfigError("backend", backend, "expected 'classic' or 'share'")
+        try:
+            kind = SimpleConsumerBackend(backend)
+        except ValueError:
+            raise ConfigError(
+                "backend", backend, f"expected one of {[b.value for b in SimpleConsumerBackend]}"
+            ) from None
+        if cls is SimpleConsumer and kind is not SimpleConsumerBackend.CLASSIC:
+            return super().__new__(BACKENDS[kind])
         return super().__new__(cls)
 
     def __init__(

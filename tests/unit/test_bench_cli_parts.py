@@ -25,6 +25,7 @@ def test_registry_names_and_order_are_the_reported_ones() -> None:
         "failures",
         "breaker",
         "pull",
+        "share",
         "orderly",
         "producer",
         "forwarding",
