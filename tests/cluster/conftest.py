@@ -8,14 +8,8 @@ cluster serves them all. The full bounce suite is opt-in (``./run.sh test-cluste
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-_INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
-if _INTEGRATION not in sys.path:
-    sys.path.append(_INTEGRATION)
 
 #: ``RMQ_CLUSTER_TIER=1`` runs every bounce scenario, not only the default one.
 TIER = os.environ.get("RMQ_CLUSTER_TIER", "").strip() not in ("", "0", "false", "no")

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bounce import Report, Workload
 
 from adapter.core import naming
 from adapter.embedded import EmbeddedKafka
 from adapter.services.schedule import DeliveryGuarantee
+from tests.support.bounce import Report, Workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 

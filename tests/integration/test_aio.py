@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 import pytest
-from consumer_helpers import LEVELS, new_group, new_namespace, produce, wait_until
 
 from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService
 from adapter.aio import AsyncPushConsumer, AsyncSimpleConsumer
+from tests.support.consumer_helpers import LEVELS, new_group, new_namespace, produce, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -15,7 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from consumer_helpers import (
+
+from adapter import (
+    ConfigError,
+    InvalidDelayLevelError,
+    InvalidInputError,
+    Message,
+    MessageModel,
+    PushConsumer,
+)
+from adapter.core import naming
+from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.services.dlq import read_dlq
+from tests.support.consumer_helpers import (
     LADDER,
     LATER,
     LEVELS,
@@ -33,18 +45,6 @@ from consumer_helpers import (
     send_bodies,
     wait_until,
 )
-
-from adapter import (
-    ConfigError,
-    InvalidDelayLevelError,
-    InvalidInputError,
-    Message,
-    MessageModel,
-    PushConsumer,
-)
-from adapter.core import naming
-from adapter.core.trace import TraceEvent, TraceStatus
-from adapter.services.dlq import read_dlq
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

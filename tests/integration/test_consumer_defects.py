@@ -28,7 +28,18 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient, NewPartitions
-from consumer_helpers import (
+
+from adapter import (
+    Message,
+    MessageModel,
+    PushConsumer,
+    ScheduleService,
+    ensure_group_topics,
+    naming,
+)
+from adapter.cli import main as cli_main
+from adapter.services.dlq import read_dlq
+from tests.support.consumer_helpers import (
     LADDER,
     LATER,
     LEVELS,
@@ -48,17 +59,6 @@ from consumer_helpers import (
     send_bodies,
     wait_until,
 )
-
-from adapter import (
-    Message,
-    MessageModel,
-    PushConsumer,
-    ScheduleService,
-    ensure_group_topics,
-    naming,
-)
-from adapter.cli import main as cli_main
-from adapter.services.dlq import read_dlq
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

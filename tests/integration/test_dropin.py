@@ -15,7 +15,12 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from consumer_helpers import (
+
+from adapter import ScheduleService
+from adapter.errors import ConfigError, InvalidInputError
+from adapter.io.topics import ensure_topics, plan_topics
+from adapter.kafka import Consumer
+from tests.support.consumer_helpers import (
     LADDER,
     LEVELS,
     committed_offsets,
@@ -28,11 +33,6 @@ from consumer_helpers import (
     retry_kafka_topic,
     wait_until,
 )
-
-from adapter import ScheduleService
-from adapter.errors import ConfigError, InvalidInputError
-from adapter.io.topics import ensure_topics, plan_topics
-from adapter.kafka import Consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -187,7 +187,7 @@ def test_no_offset_passes_a_message_whose_copy_is_not_acknowledged(
 
 
 def _delay_records(conf: dict[str, Any], ns: str) -> list[Any]:
-    from consumer_helpers import delay_records
+    from tests.support.consumer_helpers import delay_records
 
     return [r for records in delay_records(conf, ns).values() for r in records]
 

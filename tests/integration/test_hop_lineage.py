@@ -11,7 +11,13 @@ import uuid
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-from consumer_helpers import (
+
+from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
+from adapter.constants import PROPERTY_REAL_QUEUE_ID
+from adapter.core import naming
+from adapter.core.delay import DelayLevels
+from adapter.io.topics import HOP_HEADER_ROOM
+from tests.support.consumer_helpers import (
     LATER,
     LEVELS,
     OK,
@@ -20,12 +26,6 @@ from consumer_helpers import (
     running_pair,
     wait_until,
 )
-
-from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
-from adapter.constants import PROPERTY_REAL_QUEUE_ID
-from adapter.core import naming
-from adapter.core.delay import DelayLevels
-from adapter.io.topics import HOP_HEADER_ROOM
 
 
 class _Born:

@@ -8,11 +8,11 @@ import uuid
 from typing import Any
 
 import pytest
-from consumer_helpers import LATER, LEVELS, OK, RecordingListener, wait_until
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapter import Message, Producer, PushConsumer, ScheduleService
+from tests.support.consumer_helpers import LATER, LEVELS, OK, RecordingListener, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

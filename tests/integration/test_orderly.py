@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer as RawProducer
-from consumer_helpers import (
+
+from adapter import ConfigError, InvalidInputError, PushConsumer
+from adapter.clients.push_consumer import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from tests.support.consumer_helpers import (
     LEVELS,
     committed_offsets,
     end_offsets,
@@ -30,10 +33,7 @@ from consumer_helpers import (
     retry_kafka_topic,
     wait_until,
 )
-from consumer_procs import ConsumerProcess, Record, mark_killed, overlaps, read_log
-
-from adapter import ConfigError, InvalidInputError, PushConsumer
-from adapter.clients.push_consumer import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from tests.support.consumer_procs import ConsumerProcess, Record, mark_killed, overlaps, read_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -8,10 +8,8 @@ import uuid
 from typing import Any
 
 import pytest
-from collector import Collector
 from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
-from consumer_helpers import wait_until
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.constants import HEADER_DUE_MS, PROPERTY_DELAY_TIME_LEVEL, PROPERTY_REAL_TOPIC
@@ -21,6 +19,8 @@ from adapter.io.topics import TopicPlan, ensure_topics, plan_topics
 from adapter.services.dlq import read_dlq
 from adapter.services.schedule import DeliveryGuarantee
 from adapter.services.schedule.service import DESTINATION_TTL_S
+from tests.support.collector import Collector
+from tests.support.consumer_helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -17,13 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-# tests/integration is not a package: pytest puts it on sys.path
-from _procs import ServiceProcess
-from collector import Arrival, Collector, now_ms
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
-from consumer_helpers import wait_until
 
 from adapter.clients.producer import Producer, SendResult
 from adapter.constants import (
@@ -49,6 +44,9 @@ from adapter.services.schedule import (
     ScheduleService,
 )
 from adapter.testing import TopicFactory
+from tests.support.collector import Arrival, Collector, now_ms
+from tests.support.consumer_helpers import wait_until
+from tests.support.service_procs import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

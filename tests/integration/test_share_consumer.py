@@ -20,13 +20,13 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
-from consumer_helpers import new_group, read_dlq_raw, send, wait_until
-from share_procs import ShareConsumerProcess
 
 from adapter import ConfigError, InvalidInputError, Message
 from adapter.clients.share_consumer import ShareSimpleConsumer
 from adapter.clients.simple_consumer import MessageView, SimpleConsumer
 from adapter.errors import InvalidReceiptHandleError
+from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
+from tests.support.share_procs import ShareConsumerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -99,9 +99,7 @@ def test_six_consumers_on_two_partitions_all_get_work_and_each_message_is_acked_
 ) -> None:
     topic = kafka_topic_factory("share-six", partitions=2)
     group = new_group()
-    consumers = [
-        share(kafka_bootstrap_servers, topic, group, lock_duration=15.0) for _ in range(6)
-    ]
+    consumers = [share(kafka_bootstrap_servers, topic, group, lock_duration=15.0) for _ in range(6)]
     acked: dict[int, list[str]] = defaultdict(list)
     stop = threading.Event()
     errors: list[BaseException] = []

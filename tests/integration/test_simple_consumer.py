@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from consumer_helpers import (
+
+from adapter import ConfigError, InvalidInputError, Message
+from adapter.clients.simple_consumer import FilterExpression, MessageView, SimpleConsumer
+from adapter.errors import ClientClosedError, InvalidReceiptHandleError, UnackedLimitError
+from tests.support.consumer_helpers import (
     committed_offsets,
     end_offsets,
     new_group,
@@ -28,11 +32,7 @@ from consumer_helpers import (
     send,
     wait_until,
 )
-from simple_procs import SimpleConsumerProcess, read_events
-
-from adapter import ConfigError, InvalidInputError, Message
-from adapter.clients.simple_consumer import FilterExpression, MessageView, SimpleConsumer
-from adapter.errors import ClientClosedError, InvalidReceiptHandleError, UnackedLimitError
+from tests.support.simple_procs import SimpleConsumerProcess, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

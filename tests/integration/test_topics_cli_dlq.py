@@ -14,7 +14,6 @@ import pytest
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from consumer_helpers import end_offsets, ensure_configured, set_topic_config
 
 from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.core import naming
@@ -24,6 +23,7 @@ from adapter.demo import run_demo
 from adapter.errors import BrokerUnavailableError, DeadLetterBodyError, MalformedHeaderError
 from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
 from adapter.services.dlq import DeadLetterEntry, RedriveError, read_dlq, redrive
+from tests.support.consumer_helpers import end_offsets, ensure_configured, set_topic_config
 
 pytestmark = pytest.mark.integration
 
@@ -410,4 +410,3 @@ def test_cli_redrive_twice_sends_once_and_list_says_what_was_redriven(
 
     missing = _cli("dlq", "list", "--group", f"never-{group}", *b)
     assert missing.returncode == 2 and "does not exist" in missing.stderr, missing
-

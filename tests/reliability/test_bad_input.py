@@ -41,7 +41,7 @@ from adapter.errors import ConfigError, TopicNameError
 from adapter.services.dlq import read_dlq
 
 try:
-    from rel_common import (
+    from tests.support.rel_common import (
         Collector,
         delete_topics,
         now_ms,
@@ -61,7 +61,7 @@ except ModuleNotFoundError:  # pragma: no cover - if this folder becomes a packa
         wait_until,
     )
 
-from consumer_helpers import (  # tests/integration, put on sys.path by rel_common
+from tests.support.consumer_helpers import (
     LEVELS,
     RecordingListener,
     committed_offsets,

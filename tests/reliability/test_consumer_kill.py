@@ -39,11 +39,11 @@ from typing import Any
 import pytest
 
 try:
-    from rel_common import FULL, wait_until
+    from tests.support.rel_common import FULL, wait_until
 except ModuleNotFoundError:  # pragma: no cover - if this folder becomes a package
     from tests.reliability.rel_common import FULL, wait_until
 
-from consumer_helpers import (  # tests/integration, put on sys.path by rel_common
+from tests.support.consumer_helpers import (
     dlq_ids,
     names,
     new_ids,
@@ -51,7 +51,7 @@ from consumer_helpers import (  # tests/integration, put on sys.path by rel_comm
     produce,
     retry_kafka_topic,
 )
-from consumer_procs import ConsumerProcess, Record, fails_first, read_log
+from tests.support.consumer_procs import ConsumerProcess, Record, fails_first, read_log
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 

@@ -48,7 +48,7 @@ from adapter.core.delay import DelayLevels
 from adapter.io.topics import ensure_topics, plan_topics
 
 try:
-    from rel_common import (
+    from tests.support.rel_common import (
         FULL,
         Arrival,
         Collector,
@@ -68,8 +68,10 @@ except ModuleNotFoundError:  # pragma: no cover - if this folder becomes a packa
         unique,
     )
 
-from _procs import ServiceProcess  # tests/integration, put on sys.path by rel_common
-from consumer_helpers import read_topic
+from tests.support.consumer_helpers import read_topic
+from tests.support.service_procs import (
+    ServiceProcess,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 

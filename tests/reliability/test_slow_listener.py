@@ -30,11 +30,11 @@ from confluent_kafka.admin import AdminClient
 from adapter import ConsumeConcurrentlyStatus, Message
 
 try:
-    from rel_common import now_ms, wait_until
+    from tests.support.rel_common import now_ms, wait_until
 except ModuleNotFoundError:  # pragma: no cover - if this folder becomes a package
     from tests.reliability.rel_common import now_ms, wait_until
 
-from consumer_helpers import (  # tests/integration, put on sys.path by rel_common
+from tests.support.consumer_helpers import (
     RecordingListener,
     read_dlq_raw,
     retry_kafka_topic,

@@ -34,7 +34,7 @@ from adapter.core.delay import DelayLevels
 from adapter.services.schedule import DeliveryGuarantee
 
 try:
-    from rel_common import (
+    from tests.support.rel_common import (
         FULL,
         Collector,
         delete_topics,
@@ -56,7 +56,9 @@ except ModuleNotFoundError:  # pragma: no cover - if this folder becomes a packa
         wait_until,
     )
 
-from consumer_helpers import read_topic  # tests/integration, put on sys.path by rel_common
+from tests.support.consumer_helpers import (
+    read_topic,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 

@@ -376,7 +376,7 @@ class Workload:
                     self.simple_acked.add(view.body.decode())
 
     def _dead_letters(self) -> set[str]:
-        from consumer_helpers import read_topic
+        from tests.support.consumer_helpers import read_topic
 
         dlq = naming.to_kafka(naming.dlq_topic(self.group))
         return {
@@ -386,7 +386,7 @@ class Workload:
     def _forwarding_duplicates(self) -> int:
         """Retry copies of the same message and delivery (UNIQ_KEY, RECONSUME_TIME) on the
         read_committed retry topic, beyond the first."""
-        from consumer_helpers import read_topic
+        from tests.support.consumer_helpers import read_topic
 
         retry = naming.to_kafka(naming.retry_topic(self.group))
         seen = Counter(

@@ -24,6 +24,10 @@ from typing import Any, Self
 Status = dict[str, Any]
 
 
+#: The repository root: where ``python -m tests.support.<module>`` finds the package.
+ROOT = Path(__file__).resolve().parents[2]
+
+
 class ChildProcess:
     """Start ``argv``, follow its status lines, and stop, kill or wait for it."""
 
@@ -48,6 +52,7 @@ class ChildProcess:
             stderr=self._log,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            cwd=ROOT,  # children run as ``python -m tests.support.<module>``
             start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read, name=f"{self.name}-out", daemon=True)

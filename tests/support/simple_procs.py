@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from child_process import ChildProcess
+from tests.support.child_process import ChildProcess
 
 
 def kind(msg_id: str) -> int:
@@ -109,7 +109,8 @@ class SimpleConsumerProcess(ChildProcess):
     ) -> None:
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "tests.support.simple_procs",
             "--bootstrap",
             bootstrap,
             "--topic",

@@ -29,7 +29,13 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
 )
-from consumer_helpers import (
+
+from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService, naming
+from adapter.core.delay import DelayLevels
+from adapter.embedded import EmbeddedKafka
+from adapter.io.topics import plan_topics
+from adapter.services.dlq import DeadLetterEntry
+from tests.support.consumer_helpers import (
     dlq_ids,
     ensure_configured,
     names,
@@ -40,15 +46,9 @@ from consumer_helpers import (
     set_topic_config,
     wait_until,
 )
-from consumer_procs import fails_first, is_poison
+from tests.support.consumer_procs import fails_first, is_poison
 
-from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService, naming
-from adapter.core.delay import DelayLevels
-from adapter.embedded import EmbeddedKafka
-from adapter.io.topics import plan_topics
-from adapter.services.dlq import DeadLetterEntry
-
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
 OK = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER

@@ -16,10 +16,9 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from child_process import ChildProcess
+from tests.support.child_process import ChildProcess
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,7 +55,8 @@ class ShareConsumerProcess(ChildProcess):
     def __init__(self, *, bootstrap: str, topic: str, group: str, lock: float) -> None:
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "tests.support.share_procs",
             *("--bootstrap", bootstrap, "--topic", topic, "--group", group),
             *("--lock", str(lock)),
         ]

@@ -25,10 +25,9 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from child_process import ChildProcess, Status
+from tests.support.child_process import ChildProcess, Status
 
 # --------------------------------------------------------------------------------------------
 # the child
@@ -176,7 +175,8 @@ class ServiceProcess(ChildProcess):
     ) -> None:
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "tests.support.service_procs",
             "--bootstrap",
             bootstrap,
             "--namespace",

@@ -1,29 +1,20 @@
 """Shared helpers of the reliability tests in this folder (schedule faults, timing, slow
 listeners, bad input): time, bounded waits, a stamping collector and raw producing.
 
-``tests/integration`` is put on ``sys.path`` so its helpers (``_procs``,
-``consumer_helpers``) can be reused by import, the way pytest's default import mode makes
-them importable for the tests beside them.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer as RawProducer
 
-_INTEGRATION = str(Path(__file__).resolve().parent.parent / "integration")
-if _INTEGRATION not in sys.path:
-    sys.path.append(_INTEGRATION)
-
 # re-exported for the suites in this folder
-from collector import Arrival, Collector, now_ms  # noqa: E402
-from consumer_helpers import wait_until  # noqa: E402
+from tests.support.collector import Arrival, Collector, now_ms
+from tests.support.consumer_helpers import wait_until
 
 __all__ = [
     "FULL",

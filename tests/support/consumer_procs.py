@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from child_process import ChildProcess
+from tests.support.child_process import ChildProcess
 
 LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
 
@@ -364,7 +364,8 @@ class ConsumerProcess(ChildProcess):
         self.log = Path(log)  # the deliveries journal
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "tests.support.consumer_procs",
             "--bootstrap",
             bootstrap,
             "--topic",

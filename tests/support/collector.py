@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from consumer_helpers import wait_until
 
 from adapter.constants import HEADER_DUE_MS, PROPERTY_UNIQ_KEY
+from tests.support.consumer_helpers import wait_until
 
 
 def now_ms() -> int:
