@@ -4,6 +4,7 @@
 #   ./run.sh demo    the end-to-end demo on an embedded local Kafka broker (the main job)
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
+#   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
@@ -70,12 +71,19 @@ case "$cmd" in
     echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
     RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/cluster "$@"
     ;;
+  conformance)
+    setup
+    echo "==> RocketMQ $(sed -n 's:.*<artifactId>rocketmq-broker</artifactId><version>\(.*\)</version>.*:\1:p' tests/conformance/java/pom.xml) jars (from Maven Central, cached in $RMQ_KAFKA_HOME) and the scenario runner"
+    "$VENV/bin/python" -c "import sys; sys.path.insert(0, 'tests/conformance'); import rmq_broker; print('    ready:', rmq_broker.ensure_runner())"
+    echo "==> the conformance tier: every scenario on a real RocketMQ broker and on the adapter (minutes)"
+    RMQ_CONFORMANCE=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 tests/conformance "$@"
+    ;;
   bench)
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
     ;;
   *)
-    sed -n '2,9p' "$0"
+    sed -n '2,10p' "$0"
     exit 2
     ;;
 esac
