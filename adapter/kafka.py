@@ -47,8 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 import confluent_kafka
 from confluent_kafka import (
@@ -66,19 +65,19 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from adapter.constants import DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+from adapter.clients.dropin_options import DropInOptions, DropInSettings, truthy
+from adapter.clients.dropin_records import RetriedMessage, SendBackCopy
 from adapter.core import hops, naming
-from adapter.core.clock import Clock
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.dropin import CopyHolds, RetryTimer
 from adapter.core.message import MessageExt
 from adapter.core.publishing import Escalation, escalate
-from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow, route_failed
+from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
 from adapter.core.types import TP
 from adapter.errors import ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import build_options, check_int, check_seconds
+from adapter.io.config import build_options
 from adapter.io.errors import error_text, refusal_of
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
@@ -117,64 +116,6 @@ _raw_consume = confluent_kafka.Consumer.consume
 _raw_store = confluent_kafka.Consumer.store_offsets
 _raw_commit = confluent_kafka.Consumer.commit
 _topic_of = confluent_kafka.Message.topic
-
-
-class RetriedMessage(confluent_kafka.Message):
-    """A record of the group's retry topic as the application sees it: ``topic()`` is the
-    original topic, ``partition()``/``offset()`` its place in the retry topic, the rest as
-    read.  ``record`` is the record itself (its ``topic()`` is the retry topic)."""
-
-    __slots__ = ("record",)
-
-    record: Any
-
-
-class DropInOptions(TypedDict, total=False):
-    """Keyword options of :class:`Consumer` (times in seconds)."""
-
-    max_reconsume_times: int
-    delay_levels: DelayLevels | str | None
-    namespace: str | None
-    auto_create_topics: bool
-    partitions: int
-    send_back_retry_interval: float
-    clock: Clock
-
-
-@dataclass(frozen=True, slots=True)
-class DropInSettings:
-    max_reconsume_times: int = -1
-    delay_levels: DelayLevels | str | None = None
-    namespace: str | None = None
-    auto_create_topics: bool = True
-    partitions: int = 3
-    send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
-    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
-
-    def __post_init__(self) -> None:
-        resolve_max_reconsume_times(self.max_reconsume_times)
-        object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
-        check_int("partitions", self.partitions, minimum=1)
-        check_seconds("send_back_retry_interval", self.send_back_retry_interval)
-
-
-@dataclass(slots=True, eq=False)
-class _Copy:
-    """A copy on its way: the message, where it goes, and how it was last sent."""
-
-    tp: TP
-    offset: int
-    msg: MessageExt
-    dest: RetryLater | DeadLetter | RetryNow
-    failure: Failure
-    alone: bool = False
-    omit_body: bool = False
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 class Consumer(confluent_kafka.Consumer):
@@ -218,7 +159,7 @@ class Consumer(confluent_kafka.Consumer):
         naming.check_group(group)
         raw = dict(conf)
         # the adapter stores offsets itself, never past a message being handed back
-        self._auto_store = _truthy(raw.get("enable.auto.offset.store", True))
+        self._auto_store = truthy(raw.get("enable.auto.offset.store", True))
         raw["enable.auto.offset.store"] = False
         super().__init__(raw)
         assert isinstance(opts.delay_levels, DelayLevels)
@@ -291,7 +232,7 @@ class Consumer(confluent_kafka.Consumer):
         tp = (view.kafka_topic, view.queue_id)
         self._holds.hold(tp, view.queue_offset)
         self._due = 0.0  # poll() serves the copy's verdict from now on
-        self._send(_Copy(tp, view.queue_offset, view, dest, failure))
+        self._send(SendBackCopy(tp, view.queue_offset, view, dest, failure))
         self._publisher.poll(0)
 
     def _view(self, msg: Any) -> MessageExt:
@@ -301,7 +242,7 @@ class Consumer(confluent_kafka.Consumer):
             raise InvalidInputError("msg", msg, "expected a message returned by poll()/consume()")
         return self._names.view(msg)
 
-    def _send(self, copy: _Copy) -> None:
+    def _send(self, copy: SendBackCopy) -> None:
         record = hops.send_back(
             copy.msg,
             copy.dest,
@@ -312,7 +253,7 @@ class Consumer(confluent_kafka.Consumer):
         )
         self._publisher.send(record, copy, alone=copy.alone)
 
-    def _on_result(self, copy: _Copy, err: Any, local: bool) -> None:
+    def _on_result(self, copy: SendBackCopy, err: Any, local: bool) -> None:
         """The broker's verdict on a copy (on the application's thread)."""
         if err is None:
             if isinstance(copy.dest, DeadLetter):
@@ -421,22 +362,7 @@ class Consumer(confluent_kafka.Consumer):
         return msgs
 
     def _retried(self, record: confluent_kafka.Message) -> RetriedMessage:
-        view = self._names.view(record)
-        kwargs: dict[str, Any] = {
-            "topic": view.topic,
-            "partition": record.partition(),
-            "offset": record.offset(),
-            "key": record.key(),
-            "value": record.value(),
-            "headers": record.headers(),
-            "timestamp": record.timestamp(),
-        }
-        epoch = record.leader_epoch()
-        if epoch is not None:
-            kwargs["leader_epoch"] = epoch
-        out = RetriedMessage(**kwargs)
-        out.record = record
-        return out
+        return RetriedMessage.of(record, self._names.view(record).topic)
 
     # -- offsets ---------------------------------------------------------------------------
     def _position_of(self, msg: Any) -> TopicPartition:

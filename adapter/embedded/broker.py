@@ -27,18 +27,22 @@ process that started them until ``stop()`` is called.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from adapter.embedded.config import (
+    OFFSETS_PARTITIONS,
+    TRANSACTION_PARTITIONS,
+    security_settings,
+    server_properties,
+)
 from adapter.embedded.jars import (
     HOME_ENV,
     KAFKA_VERSION,
@@ -65,6 +69,7 @@ from adapter.embedded.node import (
     reap,
     wait_dead,
 )
+from adapter.embedded.state import BrokerStatus, config_ports, node_entry, read_json, write_json
 from adapter.errors import ConfigError
 
 __all__ = [
@@ -92,23 +97,8 @@ MAX_BROKERS = 9
 
 _PORT_RETRIES = 2
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-#: partitions of Kafka's internal topics here (Kafka's defaults, 50, are slow to create)
-OFFSETS_PARTITIONS = 10
-TRANSACTION_PARTITIONS = 10
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BrokerStatus:
-    name: str
-    #: the first node's pid (the only one's, for a single broker)
-    pid: int
-    bootstrap_servers: str
-    data_dir: Path
-    #: every node is running
-    running: bool
-    nodes: tuple[NodeStatus, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +174,7 @@ class EmbeddedKafka:
         """The instance ``name`` with as many nodes as it was last started with (one if it
         never was): for stopping or inspecting an instance another process started."""
         probe = cls(name, home, instances_dir=instances_dir)
-        config = probe._read_json(probe._config_file) or {}
+        config = read_json(probe._config_file) or {}
         nodes = config.get("nodes")
         brokers = len(nodes) if isinstance(nodes, dict) and nodes else 1
         if brokers == 1:
@@ -222,7 +212,7 @@ class EmbeddedKafka:
     @property
     def bootstrap_servers(self) -> str:
         """Bootstrap of the running instance, every node's address (raises if not started)."""
-        state = self._read_json(self.state_file)
+        state = read_json(self.state_file)
         if state is None:
             raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
         return str(state["bootstrap_servers"])
@@ -247,7 +237,7 @@ class EmbeddedKafka:
                     self.name, self.home, instances_dir=self.instance_dir.parent
                 )._stop_locked(30.0)
             else:
-                state = self._read_json(self.state_file)
+                state = read_json(self.state_file)
                 if state is not None and int(state.get("brokers", 1)) != self.brokers:
                     raise EmbeddedKafkaError(
                         f"embedded Kafka {self.name!r} was started with "
@@ -276,9 +266,9 @@ class EmbeddedKafka:
         the same ports and with the same data, so clients can reconnect to the same
         bootstrap."""
         with file_lock(self._lock_file):
-            state = self._read_json(self.state_file) or {}
+            state = read_json(self.state_file) or {}
             for node in self.nodes:
-                entry = self._entry(state, node.node_id)
+                entry = node_entry(state, node.node_id)
                 if entry is not None and node.owns(int(entry["pid"])):
                     pid = int(entry["pid"])
                     if hard:
@@ -315,7 +305,7 @@ class EmbeddedKafka:
 
     def status(self) -> BrokerStatus | None:
         """None if the instance has no state (never started or stopped)."""
-        state = self._read_json(self.state_file)
+        state = read_json(self.state_file)
         if state is None:
             return None
         nodes = tuple(st for st in (n.status() for n in self.nodes) if st is not None)
@@ -416,156 +406,53 @@ class EmbeddedKafka:
     # ---- configuration ---------------------------------------------------------------------
 
     def _properties(self, node_id: int, ports: Mapping[int, tuple[int, int]]) -> dict[str, str]:
-        port, cport = ports[node_id]
-        replicas = str(min(3, self.brokers))
-        #: one node may be down without a write being refused (production's usual 2 of 3)
-        min_isr = "2" if self.brokers >= 3 else "1"
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": str(node_id),
-            "controller.quorum.voters": ",".join(
-                f"{i}@{HOST}:{c}" for i, (_p, c) in sorted(ports.items())
-            ),
-            "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.node(node_id).data_dir),
-            "num.partitions": "1",
-            "default.replication.factor": replicas,
-            "min.insync.replicas": min_isr,
-            "offsets.topic.replication.factor": replicas,
-            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-            "transaction.state.log.replication.factor": replicas,
-            "transaction.state.log.min.isr": min_isr,
-            "transaction.state.log.num.partitions": str(TRANSACTION_PARTITIONS),
-            "share.coordinator.state.topic.replication.factor": replicas,
-            "share.coordinator.state.topic.min.isr": min_isr,
-            "group.initial.rebalance.delay.ms": "0",
-            # A SIGKILLed broker can only re-register once its old session expired (default
-            # 9 s), and its partitions' leadership moves only then: keep that short.  But a
-            # SIGSTOPped one (a GC pause, a frozen VM) that outlasts it is fenced by its own
-            # controller on waking, and that single-broker metadata with no broker in it
-            # makes librdkafka >= 2.10 drop every broker it knows for good: keep it above
-            # short stalls.
-            "broker.session.timeout.ms": "6000",
-            "broker.heartbeat.interval.ms": "500",
-            # consumers in tests may detect a dead member in seconds (broker default 6 s)
-            "group.min.session.timeout.ms": "1000",
-            # share groups (KIP-932): a group's record lock may be as short as 1 s (broker
-            # default minimum 15 s), so tests of lock expiry take seconds
-            "group.share.min.record.lock.duration.ms": "1000",
-        }
-        if self.scram_users:
-            admin, password = next(iter(self.scram_users.items()))
-            props.update(
-                {
-                    "listeners": f"SASL_PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
-                    "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{port}",
-                    "listener.security.protocol.map": (
-                        "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
-                    ),
-                    "inter.broker.listener.name": "SASL_PLAINTEXT",
-                    "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-                    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
-                    "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
-                        "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                        f'username="{admin}" password="{password}";'
-                    ),
-                }
-            )
-            if self.authorizer:
-                props.update(
-                    {
-                        "authorizer.class.name": (
-                            "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-                        ),
-                        # the controller listener is PLAINTEXT inside these processes
-                        "super.users": f"User:{admin};User:ANONYMOUS",
-                        "allow.everyone.if.no.acl.found": "false",
-                    }
-                )
-        props.update(self.extra_properties)
-        return props
+        return server_properties(
+            node_id,
+            ports,
+            brokers=self.brokers,
+            log_dir=self.node(node_id).data_dir,
+            scram_users=self.scram_users,
+            authorizer=self.authorizer,
+            extra=self.extra_properties,
+        )
 
     def client_security(self, user: str | None = None) -> dict[str, str]:
         """confluent-kafka settings for a client of this broker (``user`` defaults to the
         super user); empty for a PLAINTEXT broker."""
-        if not self.scram_users:
-            return {}
-        name = user or next(iter(self.scram_users))
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": name,
-            "sasl.password": self.scram_users[name],
-        }
+        return security_settings(self.scram_users, user)
 
     # ---- state files -----------------------------------------------------------------------
 
-    @staticmethod
-    def _read_json(path: Path) -> dict[str, Any] | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    @staticmethod
-    def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-
-    @staticmethod
-    def _entry(state: Mapping[str, Any], node_id: int) -> dict[str, Any] | None:
-        entry = state.get("nodes", {}).get(str(node_id))
-        return entry if isinstance(entry, dict) else None
-
     def _state_node(self, node_id: int) -> dict[str, Any] | None:
-        state = self._read_json(self.state_file)
-        return None if state is None else self._entry(state, node_id)
+        state = read_json(self.state_file)
+        return None if state is None else node_entry(state, node_id)
 
     def _set_state_pid(self, node_id: int, pid: int) -> None:
-        state = self._read_json(self.state_file)
+        state = read_json(self.state_file)
         if state is None:
             raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
         state["nodes"][str(node_id)]["pid"] = pid
         if node_id == 1:
             state["pid"] = pid
-        self._write_json(self.state_file, state)
+        write_json(self.state_file, state)
 
     def _node_ports(self, node_id: int) -> tuple[int, int] | None:
-        config = self._read_json(self._config_file) or {}
-        ports = self._config_ports(config)
+        config = read_json(self._config_file) or {}
+        ports = config_ports(config, self.brokers)
         return ports.get(node_id)
 
-    def _config_ports(self, config: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
-        nodes = config.get("nodes")
-        if isinstance(nodes, dict):
-            return {
-                int(i): (int(p["port"]), int(p["controller_port"]))
-                for i, p in nodes.items()
-                if 1 <= int(i) <= self.brokers
-            }
-        if self.brokers == 1 and "port" in config and "controller_port" in config:
-            # written by a single-broker version of this module
-            return {1: (int(config["port"]), int(config["controller_port"]))}
-        return {}
-
     def _node_live(self, node: KafkaNode, state: Mapping[str, Any]) -> bool:
-        entry = self._entry(state, node.node_id)
+        entry = node_entry(state, node.node_id)
         return entry is not None and node.owns(int(entry["pid"])) and port_open(int(entry["port"]))
 
     # ---- lifecycle internals ---------------------------------------------------------------
 
     def _stop_locked(self, timeout: float) -> bool:
-        state = self._read_json(self.state_file) or {}
+        state = read_json(self.state_file) or {}
         running = {
             node: int(entry["pid"])
             for node in self.nodes
-            if (entry := self._entry(state, node.node_id)) is not None
+            if (entry := node_entry(state, node.node_id)) is not None
             and node.owns(int(entry["pid"]))
         }
         # every node at once: a node stopped last, alone, would wait for a controller
@@ -582,12 +469,12 @@ class EmbeddedKafka:
     def _launch_locked(self, *, fresh: bool, same_ports: bool, timeout: float) -> str:
         lib = ensure_jars(self.home)
         self.instance_dir.mkdir(parents=True, exist_ok=True)
-        config = self._read_json(self._config_file) or {}
+        config = read_json(self._config_file) or {}
         formatted = all((n.data_dir / "meta.properties").is_file() for n in self.nodes)
         if fresh or not formatted or "cluster_id" not in config:
             formatted = False
             config["cluster_id"] = new_cluster_id()
-        ports = self._config_ports(config)
+        ports = config_ports(config, self.brokers)
         have_ports = len(ports) == self.brokers
         keep_ports = have_ports and same_ports
         if not (have_ports and (same_ports or formatted)):
@@ -608,7 +495,7 @@ class EmbeddedKafka:
                 for node in self.nodes:
                     node.format(lib, str(config["cluster_id"]), self.scram_users)
                 formatted = True
-            self._write_json(self._config_file, config)
+            write_json(self._config_file, config)
             try:
                 return self._spawn_all(lib, ports, timeout)
             except EmbeddedKafkaError:
@@ -630,7 +517,7 @@ class EmbeddedKafka:
         bootstrap = ",".join(f"{HOST}:{ports[n.node_id][0]}" for n in self.nodes)
         started = time.monotonic()
         pids = {n.node_id: n.spawn(lib) for n in self.nodes}
-        self._write_json(
+        write_json(
             self.state_file,
             {
                 "name": self.name,

@@ -1,0 +1,122 @@
+"""The embedded broker's generated configuration: a node's ``server.properties`` (listeners,
+the controller quorum, replication for one node or a cluster, the short test timeouts, SCRAM
+and ACLs) and the settings a client needs to reach it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from adapter.embedded.node import HOST
+
+__all__ = ["OFFSETS_PARTITIONS", "TRANSACTION_PARTITIONS", "security_settings", "server_properties"]
+
+#: partitions of Kafka's internal topics here (Kafka's defaults, 50, are slow to create)
+OFFSETS_PARTITIONS = 10
+TRANSACTION_PARTITIONS = 10
+
+
+def server_properties(
+    node_id: int,
+    ports: Mapping[int, tuple[int, int]],
+    *,
+    brokers: int,
+    log_dir: Path,
+    scram_users: Mapping[str, str],
+    authorizer: bool,
+    extra: Mapping[str, str],
+) -> dict[str, str]:
+    """Node ``node_id``'s ``server.properties`` in a cluster of ``brokers`` nodes (``ports``:
+    node id -> (client port, controller port)): broker and controller at once, replication
+    for 1 or N nodes, short timeouts for tests; SASL/SCRAM with ``scram_users`` (the first
+    is the super user), ACLs with ``authorizer``; ``extra`` last (it wins)."""
+    port, cport = ports[node_id]
+    replicas = str(min(3, brokers))
+    #: one node may be down without a write being refused (production's usual 2 of 3)
+    min_isr = "2" if brokers >= 3 else "1"
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": ",".join(
+            f"{i}@{HOST}:{c}" for i, (_p, c) in sorted(ports.items())
+        ),
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "default.replication.factor": replicas,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": replicas,
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min_isr,
+        "transaction.state.log.num.partitions": str(TRANSACTION_PARTITIONS),
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "group.initial.rebalance.delay.ms": "0",
+        # A SIGKILLed broker can only re-register once its old session expired (default
+        # 9 s), and its partitions' leadership moves only then: keep that short.  But a
+        # SIGSTOPped one (a GC pause, a frozen VM) that outlasts it is fenced by its own
+        # controller on waking, and that single-broker metadata with no broker in it
+        # makes librdkafka >= 2.10 drop every broker it knows for good: keep it above
+        # short stalls.
+        "broker.session.timeout.ms": "6000",
+        "broker.heartbeat.interval.ms": "500",
+        # consumers in tests may detect a dead member in seconds (broker default 6 s)
+        "group.min.session.timeout.ms": "1000",
+        # share groups (KIP-932): a group's record lock may be as short as 1 s (broker
+        # default minimum 15 s), so tests of lock expiry take seconds
+        "group.share.min.record.lock.duration.ms": "1000",
+        # ... and a dead member's partitions may be reassigned in seconds: a group's
+        # share.session.timeout.ms may go down to 1 s (broker default minimum 45 s)
+        "group.share.min.session.timeout.ms": "1000",
+        "group.share.min.heartbeat.interval.ms": "500",
+    }
+    if scram_users:
+        admin, password = next(iter(scram_users.items()))
+        props.update(
+            {
+                "listeners": f"SASL_PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{cport}",
+                "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{port}",
+                "listener.security.protocol.map": (
+                    "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+                ),
+                "inter.broker.listener.name": "SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="{admin}" password="{password}";'
+                ),
+            }
+        )
+        if authorizer:
+            props.update(
+                {
+                    "authorizer.class.name": (
+                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                    ),
+                    # the controller listener is PLAINTEXT inside these processes
+                    "super.users": f"User:{admin};User:ANONYMOUS",
+                    "allow.everyone.if.no.acl.found": "false",
+                }
+            )
+    props.update(extra)
+    return props
+
+
+def security_settings(scram_users: Mapping[str, str], user: str | None = None) -> dict[str, str]:
+    """confluent-kafka settings for a client of this broker (``user`` defaults to the
+    super user, the first of ``scram_users``); empty for a PLAINTEXT broker."""
+    if not scram_users:
+        return {}
+    name = user or next(iter(scram_users))
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": name,
+        "sasl.password": scram_users[name],
+    }
