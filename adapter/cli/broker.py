@@ -31,6 +31,13 @@ def add_parser(sub: Any) -> None:
 
 def _args(k: argparse.ArgumentParser, action: str) -> None:
     k.add_argument("--name", default="default", help="instance name (default: default)")
+    if action == "start":
+        k.add_argument(
+            "--port",
+            type=int,
+            help="the client port of the first node (node i: port + i - 1; default: a free "
+            "port, kept across restarts), e.g. 9092",
+        )
     k.add_argument(
         "--brokers",
         type=int,
@@ -48,10 +55,11 @@ def _args(k: argparse.ArgumentParser, action: str) -> None:
 def cmd_kafka(args: argparse.Namespace) -> int:
     from adapter.embedded import EmbeddedKafka
 
+    port = getattr(args, "port", None)  # start only
     broker = (  # stop/status/kill: as many nodes as the instance's last start had
         EmbeddedKafka.existing(args.name)
-        if args.brokers is None
-        else EmbeddedKafka(args.name, brokers=args.brokers)
+        if args.brokers is None and port is None
+        else EmbeddedKafka(args.name, brokers=args.brokers or 1, port=port)
     )
     if args.node is not None:
         node = broker.node(args.node)

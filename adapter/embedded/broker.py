@@ -127,6 +127,7 @@ class EmbeddedKafka:
         scram_users: Mapping[str, str] | None = None,
         authorizer: bool = False,
         instances_dir: str | os.PathLike[str] | None = None,
+        port: int | None = None,
     ) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError("name", name, "invalid instance name (use letters, digits, . _ -)")
@@ -136,8 +137,16 @@ class EmbeddedKafka:
             or not (1 <= brokers <= MAX_BROKERS)
         ):
             raise ConfigError("brokers", brokers, f"must be an int from 1 to {MAX_BROKERS}")
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535 - brokers
+        ):
+            raise ConfigError(
+                "port", port, "must be a free TCP port (node i listens on port + i - 1)"
+            )
         self.name = name
         self.brokers = brokers
+        #: the first node's client port (``None``: free ports, kept across restarts)
+        self.port = port
         self.home = kafka_home(home)
         base = (
             Path(instances_dir).expanduser().resolve()
@@ -477,7 +486,9 @@ class EmbeddedKafka:
         ports = config_ports(config, self.brokers)
         have_ports = len(ports) == self.brokers
         keep_ports = have_ports and same_ports
-        if not (have_ports and (same_ports or formatted)):
+        if self.port is not None and not keep_ports:
+            ports = self._fresh_ports()  # the ports asked for
+        elif not (have_ports and (same_ports or formatted)):
             # else: prefer the previous ports so that clients can reconnect to the same bootstrap
             ports = self._fresh_ports()
 
@@ -510,6 +521,9 @@ class EmbeddedKafka:
         raise AssertionError("unreachable")
 
     def _fresh_ports(self) -> dict[int, tuple[int, int]]:
+        if self.port is not None:  # clients on the ports asked for, controllers on free ones
+            controllers = free_ports(self.brokers)
+            return {n.node_id: (self.port + k, controllers[k]) for k, n in enumerate(self.nodes)}
         flat = free_ports(2 * self.brokers)
         return {n.node_id: (flat[2 * k], flat[2 * k + 1]) for k, n in enumerate(self.nodes)}
 

@@ -110,3 +110,29 @@ def test_a_client_used_after_shutdown_says_so(
     producer.shutdown()
     with pytest.raises(ClientClosedError, match="shut down"):
         producer.send(Message(topic=kafka_topic, body=b"two"))
+
+
+def test_kafka_start_takes_the_port_the_readme_uses() -> None:
+    """The README's examples talk to 127.0.0.1:9092-style fixed addresses; ``kafka start``
+    only picked free ports."""
+    import subprocess
+    import sys
+
+    port = _free_port()
+    name = f"port-{port}"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    try:
+        started = cli("start", "--port", str(port))
+        assert started.returncode == 0, started.stderr[-2000:]
+        assert started.stdout.strip() == f"127.0.0.1:{port}"
+    finally:
+        cli("stop")
