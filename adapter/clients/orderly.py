@@ -149,7 +149,7 @@ class OrderlyRunner:
         listener = self._listener
         msgs = work.msgs
         size = work.size
-        start_consuming(msgs, self._clock.now_ms(), shared=work.fresh)
+        start_consuming(msgs, self._clock.now_ms(), shared=work.fresh, listed=False)
         mq = self._queue(work.tp)
         ctx = ConsumeOrderlyContext(mq)
         limit = self._timeout

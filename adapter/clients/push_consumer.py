@@ -10,37 +10,25 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import Enum
-from typing import Any, Protocol, TypedDict, Unpack
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 from adapter.clients.async_runner import AsyncRunner, is_async_listener
 from adapter.clients.breaking import circuit_engine
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
 from adapter.clients.listeners import ConcurrentRunner
 from adapter.clients.orderly import OrderlyListener, OrderlyRunner
-from adapter.clients.resets import ResetReceiver
-from adapter.constants import (
-    DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
-    DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE,
-    DEFAULT_CONSUME_THREAD_MAX,
-    DEFAULT_CONSUME_TIMEOUT_S,
-    DEFAULT_PULL_BATCH_SIZE,
-    DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
-    DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
-    DEFAULT_SEND_BACK_RETRY_INTERVAL_S,
-    DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS,
+from adapter.clients.push_listeners import (
+    Listener,
+    MessageListenerConcurrently,
+    MessageListenerOrderly,
 )
+from adapter.clients.push_options import PushConsumerOptions, PushConsumerSettings, timestamp_ms
+from adapter.clients.resets import ResetReceiver
 from adapter.core import naming
-from adapter.core.breaker import CircuitBreaker
-from adapter.core.clock import Clock
-from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
+from adapter.core.delay import resolve_max_reconsume_times
 from adapter.core.engine import ConcurrentEngine, EngineOptions
 from adapter.core.engine.orderly import (
-    SUSPEND_MAX_MS,
-    SUSPEND_MIN_MS,
     Ordering,
     OrderlyEngine,
     OrderlyOptions,
@@ -52,21 +40,17 @@ from adapter.core.listener import (
     ConsumeConcurrentlyContext,
     ConsumeOrderlyContext,
     ConsumeOrderlyStatus,
-    ListenerMode,
     MessageQueue,
 )
-from adapter.core.message import MessageExt
-from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_where_of
-from adapter.core.routing import ConsumeConcurrentlyStatus, MessageModel
+from adapter.core.offsets import consume_from_where_of
+from adapter.core.routing import MessageModel
 from adapter.core.stats import TopicStats
-from adapter.core.trace import TraceSink
 from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
-from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import build_options, check_int, check_kafka_config, check_seconds
+from adapter.io.config import build_options, check_kafka_config
 from adapter.io.control import ControlChannel
 from adapter.io.errors import FatalErrorWatch
-from adapter.io.loop import ClientLoop, ErrorCallback
+from adapter.io.loop import ClientLoop
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.consumer")
@@ -84,6 +68,7 @@ __all__ = [
     "PushConsumerOptions",
     "PushConsumerSettings",
     "TopicStats",
+    "timestamp_ms",
 ]
 
 #: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
@@ -93,216 +78,6 @@ _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 #: allocations), so no collection runs on the hot path (larger fetches ran young-generation
 #: collections on it and were markedly slower; BENCHMARKS.md).
 FETCH_SIZE = 128
-
-
-class MessageListenerConcurrently(Protocol):
-    def consume_message(
-        self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext
-    ) -> ConsumeConcurrentlyStatus: ...
-
-
-Listener = Callable[[list[MessageExt], ConsumeConcurrentlyContext], Any]
-
-
-class MessageListenerOrderly(Protocol):
-    def consume_message(
-        self, msgs: list[MessageExt], context: ConsumeOrderlyContext
-    ) -> ConsumeOrderlyStatus: ...
-
-
-class PushConsumerOptions(TypedDict, total=False):
-    """Keyword options of :class:`PushConsumer` (RocketMQ's ``DefaultMQPushConsumer``
-    settings, snake_case; times in seconds unless the name says otherwise)."""
-
-    message_model: MessageModel | str
-    consume_message_batch_max_size: int
-    pull_batch_size: int
-    max_reconsume_times: int
-    consume_thread_max: int
-    consume_timeout: float
-    pull_threshold_for_queue: int
-    pull_threshold_size_for_queue: int
-    consume_concurrently_max_span: int
-    delay_levels: DelayLevels | str | None
-    send_back_retry_interval: float
-    suspend_current_queue_time_millis: int
-    ordering: Ordering | str
-    max_suspended_keys_per_queue: int
-    namespace: str | None
-    auto_create_topics: bool
-    partitions: int
-    offset_store_dir: str | None
-    instance_name: str | None
-    shutdown_await: float
-    trace_topic: str | None
-    trace_sink: TraceSink | None
-    clock: Clock
-    listener_mode: ListenerMode | str
-    consume_from_where: ConsumeFromWhere | str | None
-    consume_timestamp: int | str | datetime | None
-    on_error: ErrorCallback | None
-    metrics_port: int | None
-    metrics_registry: Any
-    metrics_addr: str
-    event_loop: Any
-    offset_resets: bool
-    circuit_breaker: CircuitBreaker | None
-
-
-@dataclass(frozen=True, slots=True)
-class PushConsumerSettings:
-    """The validated options (see :class:`PushConsumerOptions`)."""
-
-    message_model: MessageModel = MessageModel.CLUSTERING
-    consume_message_batch_max_size: int = DEFAULT_CONSUME_MESSAGE_BATCH_MAX_SIZE
-    pull_batch_size: int = DEFAULT_PULL_BATCH_SIZE
-    max_reconsume_times: int = -1
-    consume_thread_max: int = DEFAULT_CONSUME_THREAD_MAX
-    consume_timeout: float = DEFAULT_CONSUME_TIMEOUT_S
-    pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE
-    pull_threshold_size_for_queue: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
-    consume_concurrently_max_span: int = DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN
-    delay_levels: DelayLevels | str | None = None
-    send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
-    #: orderly listeners: how long a suspended batch waits before it is consumed again
-    #: (RocketMQ ``suspendCurrentQueueTimeMillis``; 10..30000)
-    suspend_current_queue_time_millis: int = DEFAULT_SUSPEND_CURRENT_QUEUE_TIME_MS
-    #: orderly listeners: what stays in order, a whole partition (RocketMQ) or each key
-    ordering: Ordering = Ordering.PARTITION
-    #: orderly listeners, ``ordering="key"``: a partition stops fetching while more of its
-    #: keys than this wait for a suspended batch
-    max_suspended_keys_per_queue: int = 100
-    namespace: str | None = None
-    auto_create_topics: bool = True
-    partitions: int = 3
-    offset_store_dir: str | None = None
-    instance_name: str | None = None
-    shutdown_await: float = 30.0
-    trace_topic: str | None = None
-    trace_sink: TraceSink | None = None
-    clock: Clock = SYSTEM_CLOCK
-    listener_mode: ListenerMode = ListenerMode.AUTO
-    consume_from_where: ConsumeFromWhere | None = None
-    consume_timestamp: int | str | datetime | None = None
-    on_error: ErrorCallback | None = None
-    #: serve Prometheus metrics on this port (0: any free port; ``None``: only into
-    #: ``metrics_registry`` when one is given)
-    metrics_port: int | None = None
-    #: a ``prometheus_client.CollectorRegistry`` to register the metrics in
-    metrics_registry: Any = None
-    #: the address the metrics endpoint binds (``0.0.0.0`` inside a container)
-    metrics_addr: str = "127.0.0.1"
-    #: ``async def`` listeners run on this asyncio event loop (``None``: an event-loop
-    #: thread of the consumer's own), at most ``consume_thread_max`` batches at a time
-    event_loop: Any = None
-    #: clustering: apply ``rmq-kafka group reset-offset --force`` while running (RocketMQ's
-    #: reset by time reaches live consumers); the member reads the control topic each second
-    offset_resets: bool = True
-    #: stop consuming while everything fails (``None``: no breaker; see
-    #: :class:`~adapter.core.breaker.CircuitBreaker`)
-    circuit_breaker: CircuitBreaker | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "message_model", _enum(MessageModel, "message_model", self.message_model)
-        )
-        object.__setattr__(
-            self, "listener_mode", _enum(ListenerMode, "listener_mode", self.listener_mode)
-        )
-        check_int("consume_message_batch_max_size", self.consume_message_batch_max_size, minimum=1)
-        if self.consume_message_batch_max_size > 1024:
-            raise ConfigError(
-                "consume_message_batch_max_size",
-                self.consume_message_batch_max_size,
-                "must be <= 1024",
-            )
-        check_int("pull_batch_size", self.pull_batch_size, minimum=1)
-        resolve_max_reconsume_times(self.max_reconsume_times)
-        check_int("consume_thread_max", self.consume_thread_max, minimum=1)
-        check_seconds("consume_timeout", self.consume_timeout)
-        check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
-        check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
-        check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
-        check_seconds("send_back_retry_interval", self.send_back_retry_interval)
-        check_seconds("shutdown_await", self.shutdown_await)
-        check_int("partitions", self.partitions, minimum=1)
-        object.__setattr__(self, "ordering", _enum(Ordering, "ordering", self.ordering))
-        check_int(
-            "suspend_current_queue_time_millis",
-            self.suspend_current_queue_time_millis,
-            minimum=SUSPEND_MIN_MS,
-        )
-        if self.suspend_current_queue_time_millis > SUSPEND_MAX_MS:
-            raise ConfigError(
-                "suspend_current_queue_time_millis",
-                self.suspend_current_queue_time_millis,
-                f"must be <= {SUSPEND_MAX_MS}",
-            )
-        check_int("max_suspended_keys_per_queue", self.max_suspended_keys_per_queue, minimum=1)
-        object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
-        if self.consume_from_where is not None:
-            object.__setattr__(
-                self, "consume_from_where", consume_from_where_of(self.consume_from_where, None)
-            )
-        if self.consume_timestamp is not None:
-            timestamp_ms(self.consume_timestamp)
-        if self.on_error is not None and not callable(self.on_error):
-            raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
-        if self.circuit_breaker is not None and not isinstance(
-            self.circuit_breaker, CircuitBreaker
-        ):
-            raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
-        if self.metrics_port is not None:
-            check_int("metrics_port", self.metrics_port, minimum=0)
-            if self.metrics_port > 65535:
-                raise ConfigError("metrics_port", self.metrics_port, "must be <= 65535")
-
-    @property
-    def levels(self) -> DelayLevels:
-        assert isinstance(self.delay_levels, DelayLevels)
-        return self.delay_levels
-
-    @property
-    def flow_limits(self) -> FlowLimits:
-        return FlowLimits(
-            max_count=self.pull_threshold_for_queue,
-            max_bytes=self.pull_threshold_size_for_queue * 1024 * 1024,
-            max_span=self.consume_concurrently_max_span,
-        )
-
-
-def timestamp_ms(value: int | str | datetime) -> int:
-    """``consume_timestamp`` in epoch ms: an int (epoch ms), a ``datetime`` (naive means
-    UTC) or RocketMQ's ``yyyyMMddHHmmss`` text (UTC)."""
-    if isinstance(value, bool):
-        raise ConfigError("consume_timestamp", value, "expected epoch ms, a datetime or text")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError("consume_timestamp", value, "epoch milliseconds must be >= 0")
-        return value
-    if isinstance(value, datetime):
-        return _datetime_ms(value)
-    if isinstance(value, str):
-        try:
-            return _datetime_ms(datetime.strptime(value, "%Y%m%d%H%M%S"))  # noqa: DTZ007
-        except ValueError:
-            pass
-    raise ConfigError(
-        "consume_timestamp", value, "expected epoch ms, a datetime or 'yyyyMMddHHmmss' (UTC)"
-    )
-
-
-def _datetime_ms(value: datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return int(value.timestamp() * 1000)
-
-
-def _enum(cls: type[Enum], name: str, value: Any) -> Any:
-    try:
-        return cls(value)
-    except ValueError:
-        raise ConfigError(name, value, f"expected one of {[m.value for m in cls]}") from None
 
 
 class PushConsumer:
@@ -419,16 +194,17 @@ class PushConsumer:
         filters = {naming.to_kafka(t): f for t, f in self._subscriptions.items()}
         if self.clustering:
             filters[topics.retry_kafka] = TagFilter.parse("*")
-            if opts.auto_create_topics:
-                ensure_topics(
-                    self._config,
-                    plan_topics(
-                        groups=[self.group],
-                        delay_levels=opts.levels,
-                        namespace=opts.namespace,
-                        partitions=opts.partitions,
-                    ),
-                )
+        if opts.auto_create_topics and (self.clustering or self._orderly is not None):
+            plans = plan_topics(
+                groups=[self.group],
+                delay_levels=opts.levels,
+                namespace=opts.namespace,
+                partitions=opts.partitions,
+                include_schedule=self.clustering,
+            )
+            if not self.clustering:  # broadcasting orderly: dead letters only (§4.8)
+                plans = [p for p in plans if p.logical == topics.dlq_topic]
+            ensure_topics(self._config, plans)
         trace = opts.trace_sink
         if opts.trace_topic and trace is None:
             # imported on use: tracing is opt-in and its Avro codec costs import time
@@ -453,6 +229,7 @@ class PushConsumer:
                 suspend_ms=opts.suspend_current_queue_time_millis,
                 ordering=opts.ordering,
                 max_suspended_keys=opts.max_suspended_keys_per_queue,
+                dead_letters=not self._reads_own_dlq(),
             )
         if opts.circuit_breaker is not None:
             engine = circuit_engine(

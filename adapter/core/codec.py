@@ -38,6 +38,7 @@ from adapter.constants import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_KEYS,
+    PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -335,6 +336,10 @@ def straight_retry_headers(
     return _hop_list(msg, group, failure)
 
 
+#: Where a message's last hop went (a dead letter keeps them, a redrive drops them).
+_LAST_HOP = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
+
+
 def dlq_headers(
     msg: MessageExt,
     *,
@@ -342,9 +347,34 @@ def dlq_headers(
     reason: str,
     now_ms: int,
     failure: Failure | None,
+    reconsume_times: int | None = None,
+    last_hop: str | None = None,
+    max_reconsume_times: int | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """A dead letter: says why and from where (original topic, group, count, last failure)."""
+    """A dead letter: says why and from where (original topic, group, count, last failure).
+
+    ``reconsume_times``: its ``RECONSUME_TIME`` (``None``: one more than the message's, as
+    RocketMQ's concurrent send-back).  Like RocketMQ's, it keeps ``REAL_TOPIC``/``REAL_QID``
+    of the message's last hop (a redelivery from the retry topic names it); ``last_hop``
+    replaces them when the dead letter is a hop of its own (the orderly path's:
+    ``%DLQ%<group>``; its partition is the producer's choice, unknown here, so no
+    ``REAL_QID``).  ``max_reconsume_times``: written into ``MAX_RECONSUME_TIMES`` when set.
+    """
     out = _hop_headers(msg, group, failure)
+    if reconsume_times is not None:
+        out[PROPERTY_RECONSUME_TIME] = b"%d" % reconsume_times
+    if last_hop is None:
+        kept: dict[str, bytes | None] = {}
+        for key, value in msg.decoded().raw:
+            if key in _LAST_HOP:
+                kept[key] = value  # the last value of a repeated header wins
+        for key, value in kept.items():
+            if value is not None:
+                out[key] = value
+    else:
+        _put(out, PROPERTY_REAL_TOPIC, last_hop)
+    if max_reconsume_times is not None:
+        _put(out, PROPERTY_MAX_RECONSUME_TIMES, max_reconsume_times)
     _put(out, PROPERTY_DLQ_ORIGIN_TOPIC, msg.topic)
     _put(out, PROPERTY_DLQ_ORIGIN_MESSAGE_ID, msg.origin_message_id)
     _put(out, HEADER_DLQ_REASON, reason)
@@ -368,8 +398,8 @@ _DEAD_LETTER_ONLY = (
 
 def redrive_headers(raw: Sequence[RawHeader], origin_topic: str) -> list[tuple[str, bytes | None]]:
     """A dead letter sent back for consumption: ``RECONSUME_TIME`` 0, ``RETRY_TOPIC`` its
-    original topic, the dead-letter headers left behind."""
-    updates: dict[str, str | int | None] = dict.fromkeys(_DEAD_LETTER_ONLY)
+    original topic, the dead-letter headers and those of its last hop left behind."""
+    updates: dict[str, str | int | None] = dict.fromkeys((*_DEAD_LETTER_ONLY, *_LAST_HOP))
     updates.update({PROPERTY_RECONSUME_TIME: 0, PROPERTY_RETRY_TOPIC: origin_topic})
     return replace_headers(raw, updates)
 

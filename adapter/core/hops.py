@@ -122,7 +122,14 @@ def send_back(
         headers = straight_retry_headers(msg, group=topics.group, failure=failure)
         return OutRecord(topics.retry_kafka, msg.body, key, headers)
     headers = dlq_headers(
-        msg, group=topics.group, reason=dest.reason.value, now_ms=now_ms, failure=failure
+        msg,
+        group=topics.group,
+        reason=dest.reason.value,
+        now_ms=now_ms,
+        failure=failure,
+        reconsume_times=dest.reconsume_times,
+        last_hop=topics.dlq_topic if dest.orderly else None,
+        max_reconsume_times=dest.max_reconsume_times,
     )
     if omit_body:
         omitted = OmittedBody(len(msg.body), msg.kafka_topic, msg.queue_id, msg.queue_offset)

@@ -339,8 +339,9 @@ class MessageExt:
 
     @property
     def consume_start_time(self) -> int | None:
-        """When the listener was handed this message (epoch ms; ``CONSUME_START_TIME``)."""
-        return self._stamp[0]
+        """When the listener was handed this message (epoch ms; ``CONSUME_START_TIME`` on a
+        concurrent delivery: an orderly one has no such property, as in RocketMQ 4.9.7)."""
+        return self._stamp[-1]
 
     @consume_start_time.setter
     def consume_start_time(self, value: int | None) -> None:
@@ -449,14 +450,22 @@ def view_of(
     return msg
 
 
-def start_consuming(msgs: list[MessageExt], start_ms: int, *, shared: bool) -> None:
+def start_consuming(
+    msgs: list[MessageExt], start_ms: int, *, shared: bool, listed: bool = True
+) -> None:
     """Set ``CONSUME_START_TIME`` on messages handed to a listener together.  ``shared``:
-    they were viewed with one stamp (one fetched run going to the listener inline)."""
+    they were viewed with one stamp (one fetched run going to the listener inline).
+    ``listed=False`` (orderly deliveries: RocketMQ 4.9.7 sets the property only on
+    concurrent ones) keeps it out of ``properties``; ``consume_start_time`` still tells it.
+    (A stamp is ``[property]``, or ``[None, time]`` when not listed.)"""
     if shared:
         if msgs:
-            msgs[0]._stamp[0] = start_ms
+            if listed:
+                msgs[0]._stamp[0] = start_ms
+            else:
+                msgs[0]._stamp[:] = (None, start_ms)
         return
-    stamp: list[int | None] = [start_ms]
+    stamp: list[int | None] = [start_ms] if listed else [None, start_ms]
     for msg in msgs:
         msg._stamp = stamp
 

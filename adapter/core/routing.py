@@ -110,10 +110,17 @@ class RetryLater:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Send the message to the group's DLQ."""
+    """Send the message to the group's DLQ, with ``reconsume_times`` in ``RECONSUME_TIME``."""
 
     reason: DeadLetterReason
     reconsume_times: int
+    #: sent by the orderly path, as RocketMQ 4.9.7's ``ConsumeMessageOrderlyService``
+    #: sends it back: its last hop is the DLQ itself (``REAL_TOPIC=%DLQ%<group>``), and
+    #: ``reconsume_times`` is that of the last delivery (the concurrent path's is one more)
+    orderly: bool = False
+    #: written into the dead letter's ``MAX_RECONSUME_TIMES`` (the orderly path: the
+    #: consumer's maximum); ``None``: the message's own header, if any, as it is
+    max_reconsume_times: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,12 +312,16 @@ def test_a_message_at_the_maximum_goes_to_the_dlq_once_and_the_partition_moves_o
     kafka_bootstrap_servers: str, kafka_topic_factory: Any
 ) -> None:
     """``max_reconsume_times=2``: a poison message is delivered 3 times, then written once
-    to ``%DLQ%<group>`` with the concurrent path's headers; the later messages follow; the
-    committed offset reaches the end; no retry topic is used."""
+    to ``%DLQ%<group>`` with the headers of RocketMQ's orderly path (the last delivery's
+    count, the consumer's maximum, the DLQ as its last hop); the later messages follow; the
+    committed offset reaches the end; no retry topic is used.  Orderly deliveries carry no
+    ``CONSUME_START_TIME`` (RocketMQ 4.9.7 sets it on concurrent ones only)."""
     bs = kafka_bootstrap_servers
     topic = kafka_topic_factory("dlq", partitions=1)
+    stamped: list[bool] = []
 
     def decide(msgs: list[Any], ctx: Any) -> Any:
+        stamped.extend("CONSUME_START_TIME" in m.properties for m in msgs)
         return SUSPEND if msgs[0].body == b"p:0" else SUCCESS
 
     listener = OrderlyRecorder(decide)
@@ -347,7 +351,10 @@ def test_a_message_at_the_maximum_goes_to_the_dlq_once_and_the_partition_moves_o
     [entry] = dlq
     assert entry.key == b"p"
     assert entry.text("RMQ_DLQ_REASON") == "MAX_RECONSUME_TIMES"
-    assert entry.text("RECONSUME_TIME") == "3"
+    assert entry.text("RECONSUME_TIME") == "2"  # the last delivery's, as RocketMQ's orderly path
+    assert entry.text("MAX_RECONSUME_TIMES") == "2"
+    assert entry.text("REAL_TOPIC") == f"%DLQ%{group}"
+    assert entry.text("REAL_QID") is None
     assert entry.text("RMQ_FAILURE_TYPE") == "SUSPEND_CURRENT_QUEUE_A_MOMENT"
     assert entry.text("DLQ_ORIGIN_TOPIC") == topic
     assert entry.text("RETRY_TOPIC") == topic
@@ -355,6 +362,7 @@ def test_a_message_at_the_maximum_goes_to_the_dlq_once_and_the_partition_moves_o
     assert entry.text("RMQ_ORIGIN_OFFSET") == "0"
     assert stats.dead_lettered == 1
     assert read_topic({"bootstrap.servers": bs}, retry_kafka_topic(group)) == []
+    assert stamped and not any(stamped)
 
 
 def test_the_rest_of_a_batch_is_retried_without_the_message_that_went_to_the_dlq(
@@ -395,7 +403,9 @@ def test_the_rest_of_a_batch_is_retried_without_the_message_that_went_to_the_dlq
     ]
     assert listener.ok_seqs() == {"ok": [0, 1, 2]}
     dlq = read_dlq_raw({"bootstrap.servers": bs}, group)
-    assert [(r.value, r.text("RECONSUME_TIME")) for r in dlq] == [(b"q:0", "2")]
+    assert [(r.value, r.text("RECONSUME_TIME"), r.text("MAX_RECONSUME_TIMES")) for r in dlq] == [
+        (b"q:0", "1", "1")  # the last delivery's count; its own maximum, kept
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -560,7 +570,8 @@ def test_broadcasting_keeps_order_per_instance_and_retries_locally(
     kafka_bootstrap_servers: str, kafka_topic_factory: Any, tmp_path: Any
 ) -> None:
     """Two broadcasting instances each get every message in order; failures are retried
-    locally (no retry topic, no DLQ); at a finite maximum the message is dropped."""
+    locally (no retry topic); at a finite maximum each instance sends the message to the
+    DLQ, as RocketMQ 4.9.7's orderly path does in broadcasting too."""
     bs = kafka_bootstrap_servers
     topic = kafka_topic_factory("bcast", partitions=2)
 
@@ -594,13 +605,16 @@ def test_broadcasting_keeps_order_per_instance_and_retries_locally(
             )
         for listener in listeners:
             wait_until(lambda li=listener: li.done({"x": 13, "y": 12}), 30, "all to each")
+        conf = {"bootstrap.servers": bs}
+        wait_until(lambda: len(read_dlq_raw(conf, group)) >= 2, 30, "a dead letter from each")
     for listener in listeners:
         assert listener.ok_seqs() == {"x": list(range(13)), "y": list(range(12))}
         poison = [
             s.reconsume_times for c in listener.snapshot() for s in c.msgs if s.key == "poison"
         ]
-        assert poison == [0, 1, 2]  # dropped at the maximum
-    assert read_dlq_raw({"bootstrap.servers": bs}, group) == []
+        assert poison == [0, 1, 2]  # dead-lettered at the maximum
+    dlq = read_dlq_raw({"bootstrap.servers": bs}, group)
+    assert [(r.value, r.text("RECONSUME_TIME")) for r in dlq] == [(b"poison:0", "2")] * 2
 
 
 # --------------------------------------------------------------------------------------------

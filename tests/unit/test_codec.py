@@ -561,6 +561,7 @@ class TestDlqHeaders:
                 (PROPERTY_RETRY_TOPIC, b"orders"),
                 (PROPERTY_RECONSUME_TIME, b"16"),
                 (PROPERTY_REAL_TOPIC, b"%RETRY%cg"),
+                (PROPERTY_REAL_QUEUE_ID, b"3"),
                 (HEADER_DUE_MS, b"5"),
                 ("biz", b"1"),
             ],
@@ -589,8 +590,48 @@ class TestDlqHeaders:
         assert text(out, HEADER_FAILURE_MESSAGE) == "'missing'"
         assert text(out, PROPERTY_UNIQ_KEY) == "U"
         assert d["biz"] == b"1"
-        for gone in (PROPERTY_REAL_TOPIC, PROPERTY_DELAY_TIME_LEVEL, HEADER_DUE_MS):
+        # its last hop, kept as RocketMQ's dead letter keeps it
+        assert text(out, PROPERTY_REAL_TOPIC) == "%RETRY%cg"
+        assert text(out, PROPERTY_REAL_QUEUE_ID) == "3"
+        assert PROPERTY_MAX_RECONSUME_TIMES not in d
+        for gone in (PROPERTY_DELAY_TIME_LEVEL, HEADER_DUE_MS):
             assert gone not in d
+
+    def test_an_orderly_dead_letter_is_its_own_last_hop(self) -> None:
+        """RocketMQ's orderly send-back: ``RECONSUME_TIME`` of the last delivery, the
+        consumer's maximum, ``REAL_TOPIC`` the DLQ (no queue: the partitioner picks it)."""
+        msg = record(
+            [(PROPERTY_REAL_TOPIC, b"orders"), (PROPERTY_REAL_QUEUE_ID, b"2")], offset=4
+        ).redelivered()  # a scheduled send, suspended once: reconsume_times 1 ...
+        msg = msg.redelivered().redelivered()  # ... then 3
+        dest = DeadLetter(
+            DeadLetterReason.MAX_RECONSUME_TIMES, 3, orderly=True, max_reconsume_times=3
+        )
+        topics = hops.GroupTopics(GROUP, LEVELS)
+        out = hops.send_back(msg, dest, topics, now_ms=1, failure=None)
+        assert out.topic == to_kafka(dlq_topic(GROUP))
+        assert text(out.headers, PROPERTY_RECONSUME_TIME) == "3"
+        assert text(out.headers, PROPERTY_MAX_RECONSUME_TIMES) == "3"
+        assert text(out.headers, PROPERTY_REAL_TOPIC) == "%DLQ%cg"
+        assert PROPERTY_REAL_QUEUE_ID not in as_dict(out.headers)
+        assert record(out.headers).reconsume_times == 3
+
+    def test_an_orderly_dead_letter_keeps_the_messages_own_maximum(self) -> None:
+        msg = record([(PROPERTY_MAX_RECONSUME_TIMES, b"1")]).redelivered()
+        dest = DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 1, orderly=True)
+        out = hops.send_back(msg, dest, hops.GroupTopics(GROUP, LEVELS), now_ms=1, failure=None)
+        assert text(out.headers, PROPERTY_MAX_RECONSUME_TIMES) == "1"
+        assert text(out.headers, PROPERTY_RECONSUME_TIME) == "1"
+
+    def test_a_concurrent_dead_letter_counts_one_more(self) -> None:
+        msg = record([(PROPERTY_RECONSUME_TIME, b"3"), (PROPERTY_REAL_TOPIC, b"%RETRY%cg")])
+        dest = route_failed(
+            reconsume_times=3, max_reconsume_times=3, delay_level_when_next_consume=0, levels=LEVELS
+        )
+        out = hops.send_back(msg, dest, hops.GroupTopics(GROUP, LEVELS), now_ms=1, failure=None)
+        assert text(out.headers, PROPERTY_RECONSUME_TIME) == "4"
+        assert text(out.headers, PROPERTY_REAL_TOPIC) == "%RETRY%cg"
+        assert PROPERTY_MAX_RECONSUME_TIMES not in as_dict(out.headers)
 
     def test_from_plain_record(self) -> None:
         msg = record(None, partition=0, offset=1)
@@ -818,7 +859,15 @@ class TestOmittedBody:
 
 class TestRedriveHeaders:
     def test_a_redriven_dead_letter_starts_a_new_life(self) -> None:
-        msg = record([("u", b"1"), (PROPERTY_UNIQ_KEY, b"id-1")], kafka_topic="orders")
+        msg = record(
+            [
+                ("u", b"1"),
+                (PROPERTY_UNIQ_KEY, b"id-1"),
+                (PROPERTY_REAL_TOPIC, b"%RETRY%cg"),
+                (PROPERTY_REAL_QUEUE_ID, b"0"),
+            ],
+            kafka_topic="orders",
+        )
         dead = dlq_headers(
             msg, group=GROUP, reason="MAX_RECONSUME_TIMES", now_ms=5, failure=Failure("E", "x")
         )
@@ -834,6 +883,8 @@ class TestRedriveHeaders:
             HEADER_FAILURE_TYPE,
             HEADER_FAILURE_MESSAGE,
             HEADER_BODY_OMITTED,
+            PROPERTY_REAL_TOPIC,  # where its former life's last hop went
+            PROPERTY_REAL_QUEUE_ID,
         ):
             assert gone not in out, gone
 

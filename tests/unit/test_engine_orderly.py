@@ -298,7 +298,11 @@ class TestDeadLetter:
         assert work is not None
         eng.fetched(TP, msgs(1, 1), end=2)
         [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
-        assert copy.dest == DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 4)
+        # RocketMQ's orderly send-back: the last delivery's count (3, not 4), the consumer's
+        # maximum in MAX_RECONSUME_TIMES, and the DLQ as its own last hop
+        assert copy.dest == DeadLetter(
+            DeadLetterReason.MAX_RECONSUME_TIMES, 3, orderly=True, max_reconsume_times=3
+        )
         assert copy.failure.type == "SUSPEND_CURRENT_QUEUE_A_MOMENT"
         assert of(RunWork, eng.tick(100.0)) == []  # the copy holds the partition
         assert eng.committable(TP) == 0
@@ -325,7 +329,9 @@ class TestDeadLetter:
         eng = engine(batch_size=1)  # the group's maximum: unlimited
         work = eng.fetched(TP, msgs(0, 1, reconsume_times=1, max_reconsume_times=1), end=1)
         assert work is not None
-        assert of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        # its own MAX_RECONSUME_TIMES travels as it is: no consumer's maximum written over it
+        assert copy.dest == DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 1, orderly=True)
 
     def test_a_transient_refusal_keeps_the_partition_and_sends_the_copy_again(self) -> None:
         eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=500)
@@ -375,8 +381,24 @@ class TestDeadLetter:
         eng.published(bodiless)
         assert eng.committable(TP) == 1
 
-    def test_broadcasting_drops_it_instead(self) -> None:
+    def test_broadcasting_dead_letters_it_too(self) -> None:
+        """RocketMQ 4.9.7's orderly path sends the message back in broadcasting too."""
         eng = engine(max_reconsume_times=1, batch_size=1, clustering=False)
+        work = eng.fetched(TP, msgs(0, 1, reconsume_times=1), end=1)
+        assert work is not None
+        eng.fetched(TP, msgs(1, 1), end=2)
+        acts = eng.completed(work, 0, suspend(), 0.0)
+        assert of(Dropped, acts) == []
+        [copy] = of(SendBack, acts)
+        assert copy.msg.queue_offset == 0 and isinstance(copy.dest, DeadLetter)
+        assert eng.committable(TP) == 0  # held until the broker has it
+        eng.published(copy)
+        assert offsets(run_of(eng.tick(0.0))) == [1]
+
+    def test_a_group_reading_its_own_dlq_drops_it_instead(self) -> None:
+        options = EngineOptions(batch_size=1, max_reconsume_times=1, store_interval_s=0.0)
+        eng = OrderlyEngine(options, OrderlyOptions(dead_letters=False))
+        eng.assigned(TP)
         work = eng.fetched(TP, msgs(0, 1, reconsume_times=1), end=1)
         assert work is not None
         eng.fetched(TP, msgs(1, 1), end=2)

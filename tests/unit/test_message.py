@@ -237,4 +237,18 @@ class TestSplitFetch:
         assert first.msgs[0].topic == "orders"  # the original topic, read from the header
         start_consuming(first.msgs, 1234, shared=True)
         assert [m.properties.get("CONSUME_START_TIME") for m in first.msgs] == ["1234", "1234"]
+        assert [m.consume_start_time for m in first.msgs] == [1234, 1234]
         assert second.msgs[0].properties.get("CONSUME_START_TIME") is None
+
+    @pytest.mark.parametrize("shared", [True, False])
+    def test_an_unlisted_consume_start_is_kept_out_of_the_properties(self, shared: bool) -> None:
+        """Orderly deliveries: RocketMQ 4.9.7 sets ``CONSUME_START_TIME`` only on concurrent
+        ones; the time is still known (traces read ``consume_start_time``)."""
+        [run], _ = split_fetch([_rec("orders", 0, 1), _rec("orders", 0, 2)], _resolve, {})
+        start_consuming(run.msgs, 1234, shared=shared, listed=False)
+        assert [m.consume_start_time for m in run.msgs] == [1234, 1234]
+        assert ["CONSUME_START_TIME" in m.properties for m in run.msgs] == [False, False]
+        again = [m.redelivered() for m in run.msgs]
+        start_consuming(again, 1300, shared=False, listed=False)
+        assert [m.consume_start_time for m in again] == [1300, 1300]
+        assert "CONSUME_START_TIME" not in again[0].properties

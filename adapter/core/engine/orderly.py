@@ -6,6 +6,12 @@ order, cut into batches of at most ``batch_size`` that one thread hands to the l
 back to back, stopping at the first batch that does not succeed.  Nothing else of the
 partition runs meanwhile, so batches of a partition never overlap and never pass each other.
 
+It stays one module, one state machine: every event reads and writes the same per-partition
+state (the lanes of waiting messages, the ready heap, suspended batches, dead-letter copies in
+flight, the committable offset), and its invariants (one run per partition or key, an offset
+that never moves back) hold only across all of them together.  What needs no partition state,
+the options and the judging of a listener's answer, is in :mod:`.orderly_rules`.
+
 Events and what they return:
 
 =============================================  ==============================================
@@ -35,7 +41,9 @@ Rules (RocketMQ 4.9 ``ConsumeMessageOrderlyService``):
   partition waits for that.  The rest of the batch is retried.  A copy refused for a
   transient reason is sent again after the suspend time (the partition stays suspended);
   other refusals escalate as everywhere (:func:`~adapter.core.publishing.escalate`).
-  Broadcasting consumers (and a group reading its own DLQ) drop such a message instead.
+  The dead letter carries the count of its last delivery and the consumer's maximum
+  (``MAX_RECONSUME_TIMES``), in either message model, as RocketMQ's orderly send-back; a
+  group reading its own DLQ (``OrderlyOptions.dead_letters`` off) drops it instead.
 * ``ordering=KEY``: the same per key (the Kafka record key) inside a partition.  Only the
   keys of a suspended batch wait (keyless messages count as one key); the other keys of
   the partition go on, still one run at a time.
@@ -55,7 +63,6 @@ import itertools
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
 from adapter.core.codec import Failure
@@ -70,12 +77,22 @@ from adapter.core.engine.actions import (
     pause_change,
     store_again,
 )
+from adapter.core.engine.orderly_rules import (
+    ORDERLY_UNLIMITED,
+    SUSPEND_MAX_MS,
+    SUSPEND_MIN_MS,
+    BatchVerdict,
+    Judged,
+    Ordering,
+    OrderlyOptions,
+    judge_orderly,
+    orderly_max_reconsume_times,
+    suspend_ms_of,
+)
 from adapter.core.engine.tracking import Work
-from adapter.core.listener import ConsumeOrderlyStatus
 from adapter.core.publishing import Escalation, Refusal, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason
 from adapter.core.types import TP
-from adapter.errors import ConfigError, ListenerResultError
 
 __all__ = [
     "ORDERLY_UNLIMITED",
@@ -92,118 +109,7 @@ __all__ = [
     "suspend_ms_of",
 ]
 
-#: An orderly consumer's ``max_reconsume_times=-1``: unlimited (RocketMQ: Integer.MAX_VALUE).
-ORDERLY_UNLIMITED = 2**31 - 1
-#: RocketMQ clamps every suspend time to this range (``submitConsumeRequestLater``).
-SUSPEND_MIN_MS = 10
-SUSPEND_MAX_MS = 30_000
-
-_SUCCESS = ConsumeOrderlyStatus.SUCCESS
-_SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
-
-
-class Ordering(str, Enum):
-    """What an orderly consumer keeps in order."""
-
-    PARTITION = "partition"
-    """RocketMQ's rule: a whole partition, one batch at a time; a suspended batch holds
-    the partition."""
-
-    KEY = "key"
-    """Per Kafka record key inside a partition: a suspended batch holds only its keys;
-    other keys of the partition go on.  Keyless messages count as one key."""
-
-
-def orderly_max_reconsume_times(value: int) -> int:
-    """An orderly consumer's maximum: ``-1`` is unlimited (RocketMQ 4.x), ``>= 0`` bounds it."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError("max_reconsume_times", value, "must be an int")
-    if value == -1:
-        return ORDERLY_UNLIMITED
-    if value < 0:
-        raise ConfigError("max_reconsume_times", value, "must be >= 0, or -1 for unlimited")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class OrderlyOptions:
-    """The orderly rules on top of :class:`EngineOptions`."""
-
-    #: the consumer's ``suspend_current_queue_time_millis``
-    suspend_ms: int = 1000
-    ordering: Ordering = Ordering.PARTITION
-    #: ``ordering=KEY``: a partition pauses while more of its keys than this are suspended
-    max_suspended_keys: int = 100
-    #: messages handed to one run at most (rounded down to whole batches, at least one)
-    work_max: int = 256
-
-
-@dataclass(frozen=True, slots=True)
-class BatchVerdict:
-    """How the batch that stopped a run ended: what the listener returned (or raised),
-    the context's ``suspend_current_queue_time_millis`` and how long it ran."""
-
-    result: object
-    suspend_ms: object = -1
-    rt_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """A :class:`BatchVerdict` judged: ``failure`` is ``None`` when the batch succeeded."""
-
-    failure: Failure | None
-    suspend_ms: int = 0
-    #: what was wrong with the listener's answer, for the log (``None``: nothing)
-    problem: str | None = None
-
-
-def suspend_ms_of(value: object, default_ms: int) -> tuple[int, str | None]:
-    """The suspend time for a context value: ``-1`` is ``default_ms``; the result is clamped
-    to [10, 30 000] ms (RocketMQ).  A value that is not an int gives ``default_ms`` and a
-    problem to log."""
-    problem = None
-    if isinstance(value, bool) or not isinstance(value, int):
-        problem = str(
-            ListenerResultError(
-                "context.suspend_current_queue_time_millis",
-                value,
-                "must be an int; the consumer's suspend time is used",
-            )
-        )
-        value = default_ms
-    elif value == -1:
-        value = default_ms
-    return min(max(value, SUSPEND_MIN_MS), SUSPEND_MAX_MS), problem
-
-
-def judge_orderly(verdict: BatchVerdict, *, timeout_s: float, default_suspend_ms: int) -> Judged:
-    """What an orderly listener's answer means for its batch (see the module docstring)."""
-    result = verdict.result
-    problem: str | None = None
-    if verdict.rt_s > timeout_s:
-        failure = Failure(
-            "ConsumeTimeout",
-            f"listener ran {verdict.rt_s:.3f}s, longer than consume_timeout={timeout_s}s",
-        )
-    elif result is _SUCCESS:
-        return Judged(None)
-    elif isinstance(result, BaseException):
-        failure = Failure.of(result)
-        problem = f"listener raised {failure.type}: {result}"
-    elif result is _SUSPEND:
-        failure = Failure(_SUSPEND.value, f"listener returned {_SUSPEND.value}")
-    else:
-        err = ListenerResultError(
-            "listener result",
-            result,
-            f"not a ConsumeOrderlyStatus; counted as {_SUSPEND.value}",
-        )
-        problem = str(err)
-        failure = Failure("ListenerResultError" if result is not None else "NoneReturned", problem)
-    ms, bad = suspend_ms_of(verdict.suspend_ms, default_suspend_ms)
-    return Judged(failure, ms, problem or bad)
 
 
 class OrderlyWork(Work):
@@ -475,8 +381,15 @@ class OrderlyEngine:
                 retry.append(msg.redelivered())
                 continue
             info = TraceInfo(len(batch), i, None, rt_ms)
-            if self.options.clustering:
-                dest = DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, msg.reconsume_times + 1)
+            if self.orderly.dead_letters:
+                # RocketMQ's orderly send-back: the count of the last delivery, and the
+                # consumer's maximum unless the message carries its own
+                dest = DeadLetter(
+                    DeadLetterReason.MAX_RECONSUME_TIMES,
+                    msg.reconsume_times,
+                    orderly=True,
+                    max_reconsume_times=group_max if own is None else None,
+                )
                 action = SendBack(part.tp, part.generation, work, msg, dest, failure, info)
                 copies[msg.queue_offset] = action
                 actions.append(action)
@@ -493,7 +406,7 @@ class OrderlyEngine:
             part.count -= len(old.msgs)
             part.nbytes -= _body_bytes(old.msgs)
             part.count += len(batch)  # the same messages, still in flight
-        if not retry and not copies:  # all dropped (broadcasting): nothing waits
+        if not retry and not copies:  # all dropped (reading its own DLQ): nothing waits
             for key in keys:
                 lane = part.lanes.get(key)
                 if lane is not None and (lane.held is old or lane.held is None):
