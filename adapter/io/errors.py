@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -146,18 +147,54 @@ class LibrdkafkaLog:
     """librdkafka's own log lines (``%3|...|FAIL|...``) through Python ``logging``, under
     ``adapter.librdkafka``, instead of raw on stderr.  librdkafka reports transient trouble
     (a broker refusing a connection, a retried request) at its "error" level; what a client
-    cannot get past reaches the application as an error, so those lines are warnings here."""
+    cannot get past reaches the application as an error, so those lines are warnings here.
 
-    __slots__ = ("logger",)
+    A line that repeats (the same facility and text, numbers aside: "Connect to ... failed
+    (after 0ms ...)" every second while a broker is down) is written once, then at most once
+    every ``every_s`` seconds with how many were left out.
+    """
 
-    def __init__(self, logger: logging.Logger) -> None:
+    __slots__ = ("_clock", "_every_s", "_seen", "logger")
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        every_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.logger = logger
+        self._every_s = every_s
+        self._clock = clock
+        #: line shape -> [when last written, lines left out since]
+        self._seen: dict[str, list[float]] = {}
 
     def log(self, level: int, msg: str, *args: Any) -> None:
         if level == logging.ERROR:
             level = logging.WARNING
-        self.logger.log(level, msg, *args)
+        if level < logging.WARNING:
+            self.logger.log(level, msg, *args)
+            return
+        shape = _DIGITS.sub("#", msg % args if args else msg)
+        now = self._clock()
+        seen = self._seen.get(shape)
+        if seen is None:
+            if len(self._seen) >= 1000:
+                self._seen.clear()
+            self._seen[shape] = [now, 0.0]
+            self.logger.log(level, msg, *args)
+        elif now - seen[0] >= self._every_s:
+            left_out = int(seen[1])
+            seen[0], seen[1] = now, 0.0
+            suffix = (
+                f" ({left_out} more like it in the last {self._every_s:g} s)" if left_out else ""
+            )
+            self.logger.log(level, msg + "%s", *args, suffix)
+        else:
+            seen[1] += 1
 
+
+_DIGITS = re.compile(r"\d+")
 
 #: The ``logger`` every client of the project gets unless its config brings one.
 LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("adapter.librdkafka"))

@@ -314,3 +314,29 @@ def test_the_drop_in_module_stands_in_for_confluent_kafka() -> None:
     ):
         assert getattr(ck, name) is getattr(confluent_kafka, name), name
     assert issubclass(ck.Consumer, confluent_kafka.Consumer)
+
+
+def test_repeated_librdkafka_lines_are_written_once_then_summarised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker that is down made librdkafka repeat "Connect ... failed" every second: about
+    60 identical warnings before the client gave up."""
+    import logging
+
+    from adapter.io.errors import LibrdkafkaLog
+
+    now = [0.0]
+    log = LibrdkafkaLog(logging.getLogger("t.rdkafka"), every_s=30, clock=lambda: now[0])
+    line = "%s [%s] %s"
+    with caplog.at_level(logging.DEBUG, "t.rdkafka"):
+        for i in range(60):
+            now[0] = float(i)
+            log.log(
+                logging.ERROR, line, "FAIL", "rdkafka#producer-1", f"Connect failed (after {i}ms)"
+            )
+        log.log(logging.ERROR, line, "FAIL", "rdkafka#producer-1", "Authentication failed")
+    texts = [r.getMessage() for r in caplog.records]
+    assert texts[0] == "FAIL [rdkafka#producer-1] Connect failed (after 0ms)"
+    assert texts[1].endswith("(29 more like it in the last 30 s)")
+    assert len(texts) == 3 and "Authentication failed" in texts[2]
+    assert all(r.levelno == logging.WARNING for r in caplog.records)
