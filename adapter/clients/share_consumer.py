@@ -8,8 +8,8 @@ invisible duration of a receive inside the group's lock, the release of a messag
 invisible duration ran out, its own dead-letter queue one delivery before the broker's
 limit, and the group's configuration at start.  The decisions are in
 :mod:`adapter.core.share`; the group's configuration in :mod:`.share_group`, the message
-view (which is its own receipt handle) in :mod:`.share_view`, the dead-letter writes in
-:mod:`.share_dead_letters`.
+view (which is its own receipt handle) in :mod:`.share_view`, the records of the polls and
+the holds on them in :mod:`.share_poll`, the dead-letter writes in :mod:`.share_dead_letters`.
 
 librdkafka's share consumer is not thread-safe and refuses a poll while a record of the
 previous one is unacknowledged.  So the consumer's state and every call into it sit behind
@@ -20,13 +20,9 @@ sends acknowledgements that no poll has carried yet.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import threading
 import time
-import uuid
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,17 +38,20 @@ from adapter.clients.share_group import (
     configure_share_group,
     share_group_configs,
 )
+from adapter.clients.share_poll import PollState
 from adapter.clients.share_view import ShareMessageView, share_view_of
-from adapter.clients.simple_consumer import (
+from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple_options import (
     BACKENDS,
     MAX_AWAIT_DURATION_S,
-    FilterExpression,
-    MessageView,
-    PullFuture,
-    SimpleConsumer,
     SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
+)
+from adapter.clients.simple_view import (
+    FilterExpression,
+    MessageView,
+    PullFuture,
     tag_filter_of,
 )
 from adapter.core import naming
@@ -68,13 +67,9 @@ from adapter.core.offsets import consume_from_where_of
 from adapter.core.share import (
     DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
     NOT_FOR_SHARE_CONSUMER,
-    Verdict,
     can_hold,
     delivery_limit,
-    earliest_acquisition,
     max_receive_invisible,
-    on_arrival,
-    on_expiry,
     usable_hold,
 )
 from adapter.core.types import TP
@@ -82,7 +77,6 @@ from adapter.errors import (
     ClientClosedError,
     ConfigError,
     InvalidInputError,
-    InvalidReceiptHandleError,
 )
 from adapter.io.config import build_options, check_int, check_kafka_config, producer_config
 from adapter.io.topics import ensure_topics, plan_topics
@@ -173,31 +167,27 @@ class ShareSimpleConsumer(SimpleConsumer):
         self.dlq_topic = naming.dlq_topic(group)
         self.max_delivery_attempts: int = opts.max_delivery_attempts
         self.delivery_limit = delivery_limit(self.max_delivery_attempts)
-        self.lock_duration: float | None = (
-            None
-            if opts.lock_duration is None
-            else seconds_of("lock_duration", opts.lock_duration, minimum=1, maximum=3600)
-        )
         self._await_s = seconds_of("await_duration", opts.await_duration, minimum=0)
         self._clock = opts.clock
-        self._id = uuid.uuid4().hex[:12]
-        self._tokens = itertools.count(1)
         self._subs: dict[str, TagFilter] = {}
-        #: Kafka topic → (topic, its tag filter or ``None`` when it takes every tag)
-        self._by_kafka: dict[str, tuple[str, TagFilter | None]] = {}
         # the hot paths take the plain lock (entered in C); waits go through the condition
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._kc: Any = None
+        #: the records of the polls (buffered, held, due for the DLQ), under ``_lock``
+        self._poll = PollState(
+            self.name,
+            max_delivery_attempts=self.max_delivery_attempts,
+            delivery_limit=self.delivery_limit,
+            lock_duration=(
+                None
+                if opts.lock_duration is None
+                else seconds_of("lock_duration", opts.lock_duration, minimum=1, maximum=3600)
+            ),
+            cond=self._cond,
+        )
         self._producer: confluent_kafka.Producer | None = None
-        self._buffer: deque[ShareMessageView] = deque()
-        self._held: dict[int, ShareMessageView] = {}
-        #: no hold in ``_held`` ends before this (a lower bound: skips scans of ``_held``)
-        self._next_deadline = math.inf
-        self._dead: list[ShareMessageView] = []
         self._dead_in_flight = 0
         self._polling = False
-        self._pending_acks = False
         self._last_sent = 0.0
         self._resubscribe = False
         self._closed = False
@@ -205,7 +195,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._upkeep: threading.Thread | None = None
-        self._acked = self._released = self._dead_lettered = self._ack_failures = 0
+        self._dead_lettered = self._ack_failures = 0
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
 
@@ -225,7 +215,7 @@ class ShareSimpleConsumer(SimpleConsumer):
 
     def _subscribed(self) -> None:
         """Under the lock: the subscriptions changed (the next poll subscribes again)."""
-        self._by_kafka = {
+        self._poll.by_kafka = {
             naming.to_kafka(t): (t, None if f.tags is None else f) for t, f in self._subs.items()
         }
         self._resubscribe = True
@@ -233,6 +223,16 @@ class ShareSimpleConsumer(SimpleConsumer):
     @property
     def subscriptions(self) -> dict[str, str]:
         return {t: f.expression for t, f in self._subs.items()}
+
+    @property
+    def lock_duration(self) -> float | None:
+        """The group's record lock in seconds (read from the group at start when not
+        given; ``None`` before that)."""
+        return self._poll.lock_duration
+
+    @lock_duration.setter
+    def lock_duration(self, value: float | None) -> None:
+        self._poll.lock_duration = value
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> ShareSimpleConsumer:
@@ -258,7 +258,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         except confluent_kafka.KafkaException as exc:
             raise ConfigError("config", None, f"share consumer refused: {exc}") from exc
         kc.set_acknowledgement_commit_callback(self._on_commit)
-        self._kc = kc
+        self._poll.kc = kc
         self._producer = confluent_kafka.Producer(
             {**producer_config(self._config), "acks": "all", "linger.ms": 0}
         )
@@ -307,16 +307,16 @@ class ShareSimpleConsumer(SimpleConsumer):
             end = time.monotonic() + wait
             while self._polling and time.monotonic() < end:
                 self._cond.wait(0.1)
-            for v in [*self._held.values(), *self._buffer]:
+            for v in [*self._poll.held.values(), *self._poll.buffer]:
                 if v.count >= self.delivery_limit:
-                    self._dead.append(v)
+                    self._poll.dead.append(v)
                 else:
-                    self._settle(v, _RELEASE, HandleState.REVOKED)
-            self._held.clear()
-            self._buffer.clear()
+                    self._poll.settle(v, _RELEASE, HandleState.REVOKED)
+            self._poll.held.clear()
+            self._poll.buffer.clear()
             self._cond.notify_all()
         self._flush_dead_letters()
-        kc, self._kc = self._kc, None
+        kc, self._poll.kc = self._poll.kc, None
         if kc is not None:
             try:
                 kc.close()
@@ -371,18 +371,19 @@ class ShareSimpleConsumer(SimpleConsumer):
         )
         if not self._subs:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
+        state = self._poll
         clock = time.monotonic
         end = clock() + self._await_s
         while True:
             with self._lock:
                 self.check_alive()
                 now = clock()
-                self._expire(now)
-                if self._buffer:
-                    views = self._take(n, invisible_s, now)
+                state.expire(now)
+                if state.buffer:
+                    views = state.take(n, invisible_s, now)
                     if views:
                         return views
-                idle = not (self._buffer or self._held or self._dead or self._dead_in_flight)
+                idle = not (state.buffer or state.held or state.dead or self._dead_in_flight)
                 if not idle or self._polling:
                     if now >= end:
                         return []
@@ -390,25 +391,25 @@ class ShareSimpleConsumer(SimpleConsumer):
                     continue
                 self._polling = True
                 resubscribe, self._resubscribe = self._resubscribe, False
-                topics = sorted(self._by_kafka)
+                topics = sorted(state.by_kafka)
             batch: Any = ()
             try:
                 if resubscribe:
-                    self._kc.subscribe(topics)
-                batch = self._kc.poll(max(0.0, min(end - clock(), _POLL_SLICE_S)))
+                    state.kc.subscribe(topics)
+                batch = state.kc.poll(max(0.0, min(end - clock(), _POLL_SLICE_S)))
             finally:
                 with self._lock:
                     self._polling = False
                     self._last_sent = clock()
-                    self._pending_acks = False  # the poll carried them
+                    state.pending_acks = False  # the poll carried them
                     if batch:
-                        self._accept(batch, clock())
+                        state.accept(batch, clock())
                     self._cond.notify_all()
-            if self._dead:
+            if state.dead:
                 self._flush_dead_letters()
             if not batch and clock() >= end:
                 with self._lock:
-                    return self._take(n, invisible_s, clock())
+                    return state.take(n, invisible_s, clock())
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta
@@ -427,113 +428,12 @@ class ShareSimpleConsumer(SimpleConsumer):
         threading.Thread(target=run, name="rmq-share-receive", daemon=True).start()
         return fut
 
-    def _accept(self, batch: Any, now: float) -> None:
-        """Under the lock, after a poll: view, filter and sort the records acquired (the
-        receive path: one object per record, no call that is not needed)."""
-        kc = self._kc
-        owner, by_kafka, max_attempts = self._id, self._by_kafka, self.max_delivery_attempts
-        append = self._buffer.append
-        new, cls = object.__new__, ShareMessageView
-        for rec in batch:
-            if rec.error() is not None:
-                log.warning("%s: %s", self.name, rec.error())
-                continue
-            sub = by_kafka.get(rec.topic())
-            if sub is None:  # unsubscribed meanwhile: let another member have it
-                kc.acknowledge(rec, _RELEASE)
-                self._pending_acks = True
-                continue
-            topic, tags = sub
-            # ShareMessageView.__init__, inlined; deadline, duration and token are set
-            # when the view is handed out
-            v: ShareMessageView = new(cls)
-            v.owner = owner
-            v.record = rec
-            v.user_topic = topic
-            v.msg = None
-            v.acquired_at = now
-            v.state = _INVISIBLE
-            count = v.count = rec.delivery_count() or 1
-            if tags is not None and not tags.matches(v.message.tags):
-                kc.acknowledge(rec, _ACCEPT)  # filtered: settled
-                self._pending_acks = True
-                continue
-            if count == 1:
-                append(v)
-                continue
-            v.deadline = v.duration = 0.0
-            v.token = 0
-            if on_arrival(count, max_attempts) is Verdict.DEAD_LETTER:
-                v.state = HandleState.EXPIRED
-                self._dead.append(v)
-            else:
-                append(v)
-
-    def _take(self, n: int, invisible_s: float, now: float) -> list[MessageView]:
-        """Under the lock: up to ``n`` buffered records, held for ``invisible_s``; one whose
-        lock is too short for that is released unseen (or dead-lettered)."""
-        out: list[MessageView] = []
-        buf, held, tokens = self._buffer, self._held, self._tokens
-        earliest = earliest_acquisition(
-            self.lock_duration or BROKER_DEFAULT_LOCK_S, now, invisible_s
-        )
-        deadline = now + invisible_s
-        while buf and len(out) < n:
-            v = buf.popleft()
-            if v.acquired_at < earliest:  # not can_hold(...)
-                self._expire_one(v)
-                continue
-            v.deadline = deadline
-            v.duration = invisible_s
-            v.token = token = next(tokens)
-            held[token] = v
-            out.append(v)
-        if out and deadline < self._next_deadline:
-            self._next_deadline = deadline
-        return out
-
-    def _expire(self, now: float) -> None:
-        """Under the lock: end the holds whose invisible duration ran out, and the buffered
-        records that could no longer be held for the shortest receive."""
-        if now >= self._next_deadline:
-            held = self._held
-            for v in [v for v in held.values() if v.deadline <= now]:
-                del held[v.token]
-                self._expire_one(v)
-            self._next_deadline = min((v.deadline for v in held.values()), default=math.inf)
-        buf = self._buffer
-        if buf:
-            lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
-            earliest = earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S)
-            while buf and buf[0].acquired_at < earliest:
-                self._expire_one(buf.popleft())
-
-    def _expire_one(self, v: ShareMessageView) -> None:
-        verdict = on_expiry(v.count, v.count, self.max_delivery_attempts, self.delivery_limit)
-        if verdict is Verdict.DEAD_LETTER:
-            v.state = HandleState.EXPIRED
-            self._dead.append(v)
-        else:
-            self._settle(v, _RELEASE, HandleState.EXPIRED)
-
-    def _settle(self, v: ShareMessageView, kind: Any, state: HandleState) -> None:
-        """Under the lock: acknowledge ``v`` locally (sent with the next poll or commit)."""
-        self._kc.acknowledge(v.record, kind)
-        v.state = state
-        self._pending_acks = True
-        if kind == _ACCEPT:
-            self._acked += 1
-        else:
-            self._released += 1
-        if not self._held:  # a receive waiting for the batch to be settled may poll now
-            self._cond.notify_all()
-
     # -- dead letters ----------------------------------------------------------------------
     def _flush_dead_letters(self) -> None:
         """Write the records due for the DLQ, wait for the broker, then REJECT each one
         written (RELEASE one that was not: it comes back and is tried again)."""
         with self._lock:
-            dead, self._dead = self._dead, []
+            dead, self._poll.dead = self._poll.dead, []
             self._dead_in_flight += len(dead)
         if not dead:
             return
@@ -550,19 +450,19 @@ class ShareSimpleConsumer(SimpleConsumer):
         )
         with self._lock:
             self._dead_in_flight -= len(dead)
-            if self._kc is None:
+            if self._poll.kc is None:
                 return
             for v, err in zip(dead, results, strict=True):
                 if err is None:
-                    self._kc.acknowledge(v.record, _REJECT)
+                    self._poll.kc.acknowledge(v.record, _REJECT)
                     self._dead_lettered += 1
                 else:
                     log.error(
                         "%s: dead letter of %s not written: %s", self.name, v.handle_text(), err
                     )
-                    self._kc.acknowledge(v.record, _RELEASE)
-                    self._released += 1
-            self._pending_acks = True
+                    self._poll.kc.acknowledge(v.record, _RELEASE)
+                    self._poll.released += 1
+            self._poll.pending_acks = True
             self._cond.notify_all()
 
     # -- background ------------------------------------------------------------------------
@@ -574,12 +474,12 @@ class ShareSimpleConsumer(SimpleConsumer):
                         return
                     now = time.monotonic()
                     if not self._polling:
-                        self._expire(now)
-                        if self._pending_acks and now - self._last_sent >= _ACK_FLUSH_S:
-                            self._kc.commit_async()
-                            self._pending_acks = False
+                        self._poll.expire(now)
+                        if self._poll.pending_acks and now - self._last_sent >= _ACK_FLUSH_S:
+                            self._poll.kc.commit_async()
+                            self._poll.pending_acks = False
                             self._last_sent = now
-                if self._dead:
+                if self._poll.dead:
                     self._flush_dead_letters()
         except Exception as exc:  # the consumer stops; check_alive() raises it
             log.exception("%s: upkeep failed", self.name)
@@ -595,54 +495,40 @@ class ShareSimpleConsumer(SimpleConsumer):
             log.warning("%s: acknowledgement failed at the broker: %s", self.name, exc)
 
     # -- acknowledging ---------------------------------------------------------------------
-    def _live(self, message: object, now: float) -> ShareMessageView:
-        """Under the lock: the held view ``message``, or the reason it is not."""
-        v = share_view_of(message)
-        if v.owner != self._id:
-            raise InvalidReceiptHandleError(v.handle_text(), "issued by another consumer")
-        if v.state is _INVISIBLE and self._held.get(v.token) is v:
-            if v.deadline > now:
-                return v
-            del self._held[v.token]
-            self._expire_one(v)
-        reason = {
-            HandleState.ACKED: "already acknowledged",
-            HandleState.REVOKED: "released when the consumer was shut down",
-        }.get(v.state, "its invisible duration ran out")
-        raise InvalidReceiptHandleError(v.handle_text(), reason)
-
     def ack(self, message: MessageView) -> None:
         """Acknowledge ``message`` (ACCEPT; sent with the next poll or within a tick).
         Again: harmless; expired or another consumer's: :class:`InvalidReceiptHandleError`."""
         v = message if type(message) is ShareMessageView else share_view_of(message)
+        poll = self._poll
         with self._lock:
+            held = poll.held
             if (
                 v.state is not _INVISIBLE
-                or v.owner != self._id
+                or v.owner != poll.owner
                 or self._closed
-                or self._held.get(v.token) is not v
+                or held.get(v.token) is not v
                 or v.deadline <= time.monotonic()
             ):
                 self._ack_slow(v)
                 return
             # the common case, inline: a live hold of this consumer
-            del self._held[v.token]
-            self._kc.acknowledge(v.record, _ACCEPT)
+            del held[v.token]
+            poll.kc.acknowledge(v.record, _ACCEPT)
             v.state = _ACKED
-            self._acked += 1
-            self._pending_acks = True
-            if not self._held:
+            poll.acked += 1
+            poll.pending_acks = True
+            if not held:
                 self._cond.notify_all()
 
     def _ack_slow(self, v: ShareMessageView) -> None:
         """Under the lock: :meth:`ack` of anything but a live hold of this consumer."""
-        if v.state is _ACKED and v.owner == self._id:
+        if v.state is _ACKED and v.owner == self._poll.owner:
             return
-        if self._kc is None or self._closed:
+        if self._poll.kc is None or self._closed:
             self._require_running()
-        v = self._live(v, time.monotonic())
-        del self._held[v.token]
-        self._settle(v, _ACCEPT, _ACKED)
+        v = self._poll.live(v, time.monotonic())
+        del self._poll.held[v.token]
+        self._poll.settle(v, _ACCEPT, _ACKED)
 
     def change_invisible_duration(
         self, message: MessageView, invisible_duration: float | timedelta
@@ -657,7 +543,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._require_running()
         with self._lock:
             now = time.monotonic()
-            v = self._live(message, now)
+            v = self._poll.live(message, now)
             lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
             if invisible_s > 0 and not can_hold(v.acquired_at, lock_s, now, invisible_s):
                 room = max(0.0, v.acquired_at + usable_hold(lock_s) - now)
@@ -667,15 +553,15 @@ class ShareSimpleConsumer(SimpleConsumer):
                     f"at most {room:.1f} s for this message: the share group's record lock "
                     f"({lock_s:g} s, {GROUP_LOCK}) cannot be extended",
                 )
-            del self._held[v.token]
-            v.token = next(self._tokens)
+            del self._poll.held[v.token]
+            v.token = next(self._poll.tokens)
             v.deadline = now + invisible_s
             v.duration = invisible_s
             if invisible_s == 0:
-                self._expire_one(v)
+                self._poll.expire_one(v)
             else:
-                self._held[v.token] = v
-                self._next_deadline = min(self._next_deadline, v.deadline)
+                self._poll.held[v.token] = v
+                self._poll.next_deadline = min(self._poll.next_deadline, v.deadline)
             return v.handle_text()
 
     # -- figures ---------------------------------------------------------------------------
@@ -688,8 +574,8 @@ class ShareSimpleConsumer(SimpleConsumer):
     def stats(self) -> dict[str, Any]:
         """Counts since start: acknowledged, released, dead-lettered, failed acks."""
         return {
-            "acked": self._acked,
-            "released": self._released,
+            "acked": self._poll.acked,
+            "released": self._poll.released,
             "dead_lettered": self._dead_lettered,
             "ack_failures": self._ack_failures,
         }
@@ -704,9 +590,9 @@ class ShareSimpleConsumer(SimpleConsumer):
                 "lock_duration": self.lock_duration,
                 "max_delivery_attempts": self.max_delivery_attempts,
                 "delivery_limit": self.delivery_limit,
-                "available": len(self._buffer),
-                "unacked": len(self._held),
-                "dead_letters_pending": len(self._dead) + self._dead_in_flight,
+                "available": len(self._poll.buffer),
+                "unacked": len(self._poll.held),
+                "dead_letters_pending": len(self._poll.dead) + self._dead_in_flight,
                 **self.stats(),
             }
 

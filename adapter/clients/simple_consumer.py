@@ -16,34 +16,37 @@ held only for the engine call; a ``receive`` that finds nothing waits (up to
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import threading
 from collections import deque
-from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import Enum
-from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Unpack
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
 from adapter.clients.push_consumer import timestamp_ms
-from adapter.constants import (
-    DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
-    DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
-    DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    SYSTEM_HEADERS,
+from adapter.clients.simple_options import (
+    BACKENDS,
+    DEFAULT_AWAIT_DURATION_S,
+    MAX_AWAIT_DURATION_S,
+    SimpleConsumerBackend,
+    SimpleConsumerOptions,
+    SimpleOptions,
+)
+from adapter.clients.simple_view import (
+    FilterExpression,
+    MessageView,
+    PullFuture,
+    handle_of,
+    replace_handle,
+    settled,
+    tag_filter_of,
 )
 from adapter.core import naming
-from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels
 from adapter.core.engine import Action, SendBack, Work
 from adapter.core.engine.pull import (
-    DEFAULT_MAX_DELIVERY_ATTEMPTS,
-    DEFAULT_MAX_UNACKED,
     MAX_INVISIBLE_S,
     MIN_RECEIVE_INVISIBLE_S,
     PullEngine,
@@ -54,8 +57,7 @@ from adapter.core.engine.pull import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.hops import GroupTopics
-from adapter.core.message import MessageExt
-from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_where_of
+from adapter.core.offsets import FlowLimits, consume_from_where_of
 from adapter.core.publishing import Refusal
 from adapter.core.stats import TopicStats
 from adapter.core.types import TP
@@ -65,27 +67,29 @@ from adapter.errors import (
     InvalidInputError,
     UnackedLimitError,
 )
-from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import build_options, check_int, check_kafka_config, check_seconds
+from adapter.io.config import build_options, check_kafka_config
 from adapter.io.errors import FatalErrorWatch
-from adapter.io.loop import ClientLoop, ErrorCallback
+from adapter.io.loop import ClientLoop
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.simple_consumer")
 
+#: The options, backends and message view live in :mod:`.simple_options` and
+#: :mod:`.simple_view`; they stay importable from here.
 __all__ = [
+    "BACKENDS",
+    "DEFAULT_AWAIT_DURATION_S",
+    "MAX_AWAIT_DURATION_S",
     "FilterExpression",
     "MessageView",
     "PullFuture",
     "SimpleConsumer",
+    "SimpleConsumerBackend",
     "SimpleConsumerOptions",
+    "SimpleOptions",
+    "tag_filter_of",
 ]
 
-T = TypeVar("T")
-#: RocketMQ's Python client waits this long (seconds) for the first message of a receive.
-DEFAULT_AWAIT_DURATION_S = 20.0
-#: Longest ``await_duration`` accepted.
-MAX_AWAIT_DURATION_S = 3600.0
 #: Records the loop takes per fetch (they wait in the buffer for ``receive``).
 _FETCH_SIZE = 128
 #: The loop stops taking records from librdkafka while this many fetched messages wait to
@@ -97,206 +101,6 @@ _FETCH_SIZE = 128
 _SOFT_BACKLOG = 256
 #: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
 _DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
-#: What a user property is not: RocketMQ's system properties and the adapter's own headers.
-_NOT_USER = SYSTEM_HEADERS | {PROPERTY_TAGS, PROPERTY_KEYS}
-
-
-class PullFuture(concurrent.futures.Future[T], Generic[T]):
-    """The result of an ``*_async`` call: a ``concurrent.futures.Future`` (``result()``,
-    callbacks; what RocketMQ's Python client returns) that asyncio code can ``await``."""
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return asyncio.wrap_future(self).__await__()
-
-
-def _settled(value: T | None = None, error: BaseException | None = None) -> PullFuture[T]:
-    fut: PullFuture[T] = PullFuture()
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(value)  # type: ignore[arg-type]
-    return fut
-
-
-@dataclass(frozen=True, slots=True)
-class FilterExpression:
-    """A subscription's filter (RocketMQ's ``FilterExpression``): a tag expression
-    (``*``, ``TagA || TagB``).  ``SQL92`` is refused: Kafka has no broker-side filter."""
-
-    expression: str = "*"
-    filter_type: str = "TAG"
-
-
-class SimpleConsumerBackend(str, Enum):
-    """Where a :class:`SimpleConsumer`'s queue semantics live."""
-
-    CLASSIC = "classic"
-    """A classic consumer group: invisibility tracked by the client, at most one consumer per
-    partition (the default)."""
-    SHARE = "share"
-    """A Kafka share group (KIP-932, broker 4.2+): broker-side record locks and delivery
-    counts, any number of consumers per partition (docs/semantics.md §4.13.1)."""
-
-
-#: backend -> the class implementing it; every backend but CLASSIC registers itself when its
-#: module is imported (``adapter.clients`` imports them all).
-BACKENDS: dict[SimpleConsumerBackend, type[SimpleConsumer]] = {}
-
-
-class SimpleConsumerOptions(TypedDict, total=False):
-    """Keyword options of :class:`SimpleConsumer` (times in seconds)."""
-
-    await_duration: float | timedelta
-    max_delivery_attempts: int
-    max_unacked_messages: int
-    pull_threshold_for_queue: int
-    pull_threshold_size_for_queue: int
-    consume_concurrently_max_span: int
-    auto_create_topics: bool
-    partitions: int
-    consume_from_where: ConsumeFromWhere | str | None
-    consume_timestamp: int | str | datetime | None
-    shutdown_await: float
-    clock: Clock
-    on_error: ErrorCallback | None
-    #: share backend only: the group's record lock (``share.record.lock.duration.ms``)
-    lock_duration: float | timedelta | None
-
-
-@dataclass(frozen=True, slots=True)
-class SimpleOptions:
-    """The validated options (see :class:`SimpleConsumerOptions`)."""
-
-    #: how long ``receive`` waits for the first message (RocketMQ: ``awaitDuration``)
-    await_duration: float | timedelta = DEFAULT_AWAIT_DURATION_S
-    #: deliveries before the DLQ (RocketMQ: the group's retry policy, 16 retries + 1)
-    max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
-    #: received messages neither acknowledged nor expired that this consumer may hold
-    max_unacked_messages: int = DEFAULT_MAX_UNACKED
-    #: per partition, messages in flight (buffered or received) before fetching pauses
-    pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE
-    pull_threshold_size_for_queue: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
-    consume_concurrently_max_span: int = DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN
-    auto_create_topics: bool = True
-    partitions: int = 3
-    consume_from_where: ConsumeFromWhere | str | None = None
-    consume_timestamp: int | str | datetime | None = None
-    #: on shutdown, how long copies of expired messages may take to be acknowledged
-    shutdown_await: float = 10.0
-    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
-    on_error: ErrorCallback | None = None
-    #: share backend only (refused here: a classic group has no record locks)
-    lock_duration: float | timedelta | None = None
-
-    def __post_init__(self) -> None:
-        if self.lock_duration is not None:
-            raise ConfigError(
-                "lock_duration", self.lock_duration, "only with backend='share' (record locks)"
-            )
-        check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
-        check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
-        if self.max_unacked_messages > 1_000_000:
-            raise ConfigError(
-                "max_unacked_messages", self.max_unacked_messages, "must be <= 1000000"
-            )
-        check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
-        check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
-        check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
-        self.check_common()
-
-    def check_common(self) -> None:
-        """The checks of the options both backends use (the share backend's options are
-        this class with its own ``__post_init__``)."""
-        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
-        check_int("partitions", self.partitions, minimum=1)
-        check_seconds("shutdown_await", self.shutdown_await)
-        if self.consume_from_where is not None:
-            object.__setattr__(
-                self, "consume_from_where", consume_from_where_of(self.consume_from_where, None)
-            )
-        if self.consume_timestamp is not None:
-            timestamp_ms(self.consume_timestamp)
-        if self.on_error is not None and not callable(self.on_error):
-            raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
-
-    @property
-    def await_s(self) -> float:
-        return seconds_of("await_duration", self.await_duration, minimum=0)
-
-
-class MessageView:
-    """A received message (RocketMQ's ``MessageView``) and its receipt handle.
-
-    ``topic`` is the topic the message was sent to (also when it comes back through the
-    retry topic); ``delivery_attempt`` is 1 on the first delivery; ``born_timestamp`` is
-    epoch milliseconds; ``properties`` are the user properties.  Everything else the
-    adapter knows is on ``message`` (a :class:`~adapter.core.message.MessageExt`: Kafka
-    topic, partition and offset, all headers, ...).
-    """
-
-    __slots__ = ("_handle",)
-
-    def __init__(self, handle: ReceiptHandle) -> None:
-        self._handle = handle
-
-    @property
-    def message(self) -> MessageExt:
-        msg: MessageExt = self._handle.msg
-        return msg
-
-    @property
-    def message_id(self) -> str:
-        return self.message.msg_id
-
-    @property
-    def topic(self) -> str:
-        return self.message.topic
-
-    @property
-    def body(self) -> bytes:
-        return self.message.body
-
-    @property
-    def tag(self) -> str | None:
-        return self.message.tags
-
-    @property
-    def keys(self) -> set[str]:
-        keys = self.message.keys
-        return set(keys.split()) if keys else set()
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return {
-            k: v
-            for k, v in self.message.properties.items()
-            if k not in _NOT_USER and not k.startswith("RMQ_")
-        }
-
-    @property
-    def delivery_attempt(self) -> int:
-        return self.message.reconsume_times + 1
-
-    @property
-    def born_timestamp(self) -> int | None:
-        return self.message.born_timestamp
-
-    @property
-    def message_group(self) -> None:
-        """Always ``None``: FIFO message groups are not part of this consumer."""
-        return None
-
-    @property
-    def receipt_handle(self) -> str:
-        """The current receipt handle (opaque text; ``change_invisible_duration`` replaces
-        it)."""
-        return str(self._handle)
-
-    def __repr__(self) -> str:
-        return (
-            f"MessageView(message_id={self.message_id!r}, topic={self.topic!r}, "
-            f"delivery_attempt={self.delivery_attempt}, receipt_handle={self.receipt_handle!r})"
-        )
 
 
 @dataclass(slots=True, eq=False)
@@ -624,7 +428,7 @@ class SimpleConsumer:
         try:
             return self._receive(max_message_num, invisible_duration)
         except Exception as exc:
-            return _settled(error=exc)
+            return settled(error=exc)
 
     def _receive(
         self, max_message_num: int, invisible_duration: float | timedelta
@@ -653,7 +457,7 @@ class SimpleConsumer:
                 return fut
         if handles:
             self._runner.taken()
-        return _settled([MessageView(h) for h in handles])
+        return settled([MessageView(h) for h in handles])
 
     def _serve_waiting(self) -> None:
         """On the loop thread: hand what is available to waiting receives, in order."""
@@ -710,7 +514,7 @@ class SimpleConsumer:
         Acknowledging it again is harmless; an expired, superseded or revoked handle, or
         one of another consumer, raises
         :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
-        handle = _handle_of(message)
+        handle = handle_of(message)
         self._require_running()
         with self._lock:
             self._engine.ack(handle, self._clock.monotonic())
@@ -720,8 +524,8 @@ class SimpleConsumer:
         try:
             self.ack(message)
         except Exception as exc:
-            return _settled(error=exc)
-        return _settled(None)
+            return settled(error=exc)
+        return settled(None)
 
     def change_invisible_duration(
         self, message: MessageView, invisible_duration: float | timedelta
@@ -730,7 +534,7 @@ class SimpleConsumer:
         shorter or longer than before; 0 delivers it again at once, with its attempt
         counted).  The message gets a new receipt handle, which is returned; the old one
         is no longer valid."""
-        handle = _handle_of(message)
+        handle = handle_of(message)
         invisible_s = seconds_of(
             "invisible_duration", invisible_duration, minimum=0, maximum=MAX_INVISIBLE_S
         )
@@ -739,7 +543,7 @@ class SimpleConsumer:
             new = self._engine.change_invisible_duration(
                 handle, invisible_s, self._clock.monotonic()
             )
-            message._handle = new
+            replace_handle(message, new)
         return str(new)
 
     def change_invisible_duration_async(
@@ -747,9 +551,9 @@ class SimpleConsumer:
     ) -> PullFuture[str]:
         """:meth:`change_invisible_duration` as a (completed) awaitable future."""
         try:
-            return _settled(self.change_invisible_duration(message, invisible_duration))
+            return settled(self.change_invisible_duration(message, invisible_duration))
         except Exception as exc:
-            return _settled(error=exc)
+            return settled(error=exc)
 
     def _require_running(self) -> None:
         loop = self._loop
@@ -797,25 +601,3 @@ class SimpleConsumer:
             "copies_in_flight": member.publisher.in_flight(),
             "partitions": parts,
         }
-
-
-def _handle_of(message: object) -> ReceiptHandle:
-    if not isinstance(message, MessageView):
-        raise InvalidInputError("message", message, "expected a MessageView from receive()")
-    return message._handle
-
-
-def tag_filter_of(expression: str | FilterExpression | None) -> TagFilter:
-    if isinstance(expression, FilterExpression) or (
-        expression is not None and not isinstance(expression, str)
-    ):
-        kind = str(getattr(expression, "filter_type", "TAG")).upper()
-        if kind not in ("TAG", "1", "FILTERTYPE.TAG"):
-            raise InvalidInputError(
-                "filter_expression",
-                expression,
-                "only tag expressions are supported (Kafka has no broker-side SQL92 filter)",
-            )
-        text = getattr(expression, "expression", None)
-        return TagFilter.parse(text if text is None else str(text))
-    return TagFilter.parse(expression)

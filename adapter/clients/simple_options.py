@@ -1,0 +1,146 @@
+"""The options of :class:`~adapter.clients.simple_consumer.SimpleConsumer`: the keyword
+options (``SimpleConsumerOptions``), their validation (``SimpleOptions``) and the backends
+a consumer may run on (``SimpleConsumerBackend`` and the ``BACKENDS`` registry).
+
+Kept apart from the consumer so a backend (:mod:`adapter.clients.share_consumer`) takes the
+same options and registers itself without the classic consumer's machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, TypedDict
+
+from adapter.clients.push_options import timestamp_ms
+from adapter.constants import (
+    DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
+    DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
+    DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+)
+from adapter.core.clock import Clock
+from adapter.core.engine.pull import (
+    DEFAULT_MAX_DELIVERY_ATTEMPTS,
+    DEFAULT_MAX_UNACKED,
+    seconds_of,
+)
+from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of
+from adapter.errors import ConfigError
+from adapter.io.clock import SYSTEM_CLOCK
+from adapter.io.config import check_int, check_seconds
+from adapter.io.loop import ErrorCallback
+
+if TYPE_CHECKING:
+    from adapter.clients.simple_consumer import SimpleConsumer
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_AWAIT_DURATION_S",
+    "MAX_AWAIT_DURATION_S",
+    "SimpleConsumerBackend",
+    "SimpleConsumerOptions",
+    "SimpleOptions",
+]
+
+#: RocketMQ's Python client waits this long (seconds) for the first message of a receive.
+DEFAULT_AWAIT_DURATION_S = 20.0
+#: Longest ``await_duration`` accepted.
+MAX_AWAIT_DURATION_S = 3600.0
+
+
+class SimpleConsumerBackend(str, Enum):
+    """Where a :class:`SimpleConsumer`'s queue semantics live."""
+
+    CLASSIC = "classic"
+    """A classic consumer group: invisibility tracked by the client, at most one consumer per
+    partition (the default)."""
+    SHARE = "share"
+    """A Kafka share group (KIP-932, broker 4.2+): broker-side record locks and delivery
+    counts, any number of consumers per partition (docs/semantics.md §4.13.1)."""
+
+
+#: backend -> the class implementing it; every backend but CLASSIC registers itself when its
+#: module is imported (``adapter.clients`` imports them all).
+BACKENDS: dict[SimpleConsumerBackend, type[SimpleConsumer]] = {}
+
+
+class SimpleConsumerOptions(TypedDict, total=False):
+    """Keyword options of :class:`SimpleConsumer` (times in seconds)."""
+
+    await_duration: float | timedelta
+    max_delivery_attempts: int
+    max_unacked_messages: int
+    pull_threshold_for_queue: int
+    pull_threshold_size_for_queue: int
+    consume_concurrently_max_span: int
+    auto_create_topics: bool
+    partitions: int
+    consume_from_where: ConsumeFromWhere | str | None
+    consume_timestamp: int | str | datetime | None
+    shutdown_await: float
+    clock: Clock
+    on_error: ErrorCallback | None
+    #: share backend only: the group's record lock (``share.record.lock.duration.ms``)
+    lock_duration: float | timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleOptions:
+    """The validated options (see :class:`SimpleConsumerOptions`)."""
+
+    #: how long ``receive`` waits for the first message (RocketMQ: ``awaitDuration``)
+    await_duration: float | timedelta = DEFAULT_AWAIT_DURATION_S
+    #: deliveries before the DLQ (RocketMQ: the group's retry policy, 16 retries + 1)
+    max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
+    #: received messages neither acknowledged nor expired that this consumer may hold
+    max_unacked_messages: int = DEFAULT_MAX_UNACKED
+    #: per partition, messages in flight (buffered or received) before fetching pauses
+    pull_threshold_for_queue: int = DEFAULT_PULL_THRESHOLD_FOR_QUEUE
+    pull_threshold_size_for_queue: int = DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB
+    consume_concurrently_max_span: int = DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN
+    auto_create_topics: bool = True
+    partitions: int = 3
+    consume_from_where: ConsumeFromWhere | str | None = None
+    consume_timestamp: int | str | datetime | None = None
+    #: on shutdown, how long copies of expired messages may take to be acknowledged
+    shutdown_await: float = 10.0
+    clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
+    on_error: ErrorCallback | None = None
+    #: share backend only (refused here: a classic group has no record locks)
+    lock_duration: float | timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.lock_duration is not None:
+            raise ConfigError(
+                "lock_duration", self.lock_duration, "only with backend='share' (record locks)"
+            )
+        check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
+        check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
+        if self.max_unacked_messages > 1_000_000:
+            raise ConfigError(
+                "max_unacked_messages", self.max_unacked_messages, "must be <= 1000000"
+            )
+        check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
+        check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
+        check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
+        self.check_common()
+
+    def check_common(self) -> None:
+        """The checks of the options both backends use (the share backend's options are
+        this class with its own ``__post_init__``)."""
+        seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
+        check_int("partitions", self.partitions, minimum=1)
+        check_seconds("shutdown_await", self.shutdown_await)
+        if self.consume_from_where is not None:
+            object.__setattr__(
+                self, "consume_from_where", consume_from_where_of(self.consume_from_where, None)
+            )
+        if self.consume_timestamp is not None:
+            timestamp_ms(self.consume_timestamp)
+        if self.on_error is not None and not callable(self.on_error):
+            raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+
+    @property
+    def await_s(self) -> float:
+        return seconds_of("await_duration", self.await_duration, minimum=0)

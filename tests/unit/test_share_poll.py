@@ -1,0 +1,120 @@
+"""The share consumer's poll state (:mod:`adapter.clients.share_poll`) on a fake
+``ShareConsumer``, and the names the classic consumer's modules still export."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from adapter.clients.share_poll import PollState
+from adapter.core.engine.pull import HandleState
+from adapter.errors import InvalidReceiptHandleError
+
+pytestmark = pytest.mark.unit
+
+ACCEPT = confluent_kafka.AcknowledgeType.ACCEPT
+RELEASE = confluent_kafka.AcknowledgeType.RELEASE
+
+
+class FakeRecord:
+    def __init__(self, offset: int, count: int = 1, topic: str = "orders") -> None:
+        self._offset, self._count, self._topic = offset, count, topic
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def delivery_count(self) -> int:
+        return self._count
+
+
+class FakeShareConsumer:
+    def __init__(self) -> None:
+        self.acks: list[tuple[int, Any]] = []
+
+    def acknowledge(self, record: FakeRecord, kind: Any) -> None:
+        self.acks.append((record.offset(), kind))
+
+
+def make_state(max_attempts: int = 3) -> tuple[PollState, FakeShareConsumer]:
+    state = PollState(
+        "test consumer",
+        max_delivery_attempts=max_attempts,
+        delivery_limit=max_attempts + 1,
+        lock_duration=30.0,
+        cond=threading.Condition(),
+    )
+    kc = FakeShareConsumer()
+    state.kc = kc
+    state.by_kafka = {"orders": ("orders", None)}
+    return state, kc
+
+
+def test_records_are_held_then_released_when_their_invisible_duration_runs_out() -> None:
+    state, kc = make_state()
+    state.accept([FakeRecord(0), FakeRecord(1), FakeRecord(2)], now=100.0)
+    views = state.take(2, invisible_s=5.0, now=100.0)
+    assert [v.record.offset() for v in views] == [0, 1]  # type: ignore[attr-defined]
+    assert len(state.held) == 2 and len(state.buffer) == 1
+    with state.cond:
+        state.expire(106.0)
+    assert sorted(kc.acks) == [(0, RELEASE), (1, RELEASE)]
+    assert state.released == 2 and not state.held and state.pending_acks
+
+
+def test_a_record_of_an_unsubscribed_topic_is_released_unseen() -> None:
+    state, kc = make_state()
+    state.accept([FakeRecord(7, topic="gone")], now=1.0)
+    assert kc.acks == [(7, RELEASE)]
+    assert not state.buffer and state.pending_acks
+
+
+def test_a_record_past_its_last_delivery_goes_to_the_dead_letters() -> None:
+    state, kc = make_state(max_attempts=3)
+    state.accept([FakeRecord(4, count=4)], now=1.0)
+    assert [v.record.offset() for v in state.dead] == [4]
+    assert state.dead[0].state is HandleState.EXPIRED
+    assert not state.buffer and kc.acks == []
+
+
+def test_live_refuses_a_settled_hold_and_another_consumers_view() -> None:
+    state, _ = make_state()
+    other, _ = make_state()
+    state.accept([FakeRecord(0)], now=0.0)
+    other.accept([FakeRecord(1)], now=0.0)
+    (mine,) = state.take(1, invisible_s=5.0, now=0.0)
+    (theirs,) = other.take(1, invisible_s=5.0, now=0.0)
+    assert state.live(mine, 1.0) is mine
+    with pytest.raises(InvalidReceiptHandleError, match="another consumer"):
+        state.live(theirs, 1.0)
+    held = state.live(mine, 1.0)
+    del state.held[held.token]
+    with state.cond:
+        state.settle(held, ACCEPT, HandleState.ACKED)
+    assert state.acked == 1
+    with pytest.raises(InvalidReceiptHandleError, match="already acknowledged"):
+        state.live(mine, 1.0)
+
+
+def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
+    from adapter.clients import share_consumer, simple_consumer, simple_options, simple_view
+
+    for name in ("BACKENDS", "SimpleConsumerBackend", "SimpleConsumerOptions", "SimpleOptions"):
+        assert getattr(simple_consumer, name) is getattr(simple_options, name)
+        assert name in simple_consumer.__all__
+    for name in ("FilterExpression", "MessageView", "PullFuture", "tag_filter_of"):
+        assert getattr(simple_consumer, name) is getattr(simple_view, name)
+        assert name in simple_consumer.__all__
+    backend = simple_options.SimpleConsumerBackend.SHARE
+    assert simple_consumer.BACKENDS[backend] is share_consumer.ShareSimpleConsumer
