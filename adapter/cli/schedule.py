@@ -106,8 +106,7 @@ def cmd_schedule_service(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     # the loop runs on the service's own thread: confluent-kafka cuts blocking calls made on
-    # the main thread into slices to look for signals, which made forwards up to ~150 ms
-    # later (measured: p99 162 ms on the main thread, 33 ms on a thread of its own)
+    # the main thread into slices to look for signals, which made forwards markedly later
     service.start()
     try:
         while not stopping.wait(0.5):
