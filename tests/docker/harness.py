@@ -267,5 +267,12 @@ PRODUCER_METRICS = {
     "rmq_producer_retries_total": {"topic"},
     "rmq_producer_flow_control_backoffs_total": {"topic"},
 }
-ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS}
+#: a consumer's circuit breaker: only with ``circuit_breaker=`` (the stack's consumer has none)
+CIRCUIT_METRICS = {
+    "rmq_consumer_circuit_state": {"group", "state"},
+    "rmq_consumer_circuit_open_seconds_total": {"group"},
+    "rmq_consumer_circuit_opened_total": {"group"},
+    "rmq_consumer_circuit_held_messages": {"group"},
+}
+ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS, **CIRCUIT_METRICS}
 HISTOGRAMS = {"rmq_consumer_listener_duration_seconds", "rmq_schedule_lateness_seconds"}
