@@ -47,6 +47,7 @@ from adapter.clients.simple_options import (
     SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
+    group_config,
 )
 from adapter.clients.simple_view import (
     FilterExpression,
@@ -78,7 +79,7 @@ from adapter.errors import (
     ConfigError,
     InvalidInputError,
 )
-from adapter.io.config import build_options, check_int, check_kafka_config, producer_config
+from adapter.io.config import build_options, check_int, producer_config
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.share_consumer")
@@ -147,18 +148,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             given["max_delivery_attempts"] = DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS
         self.share_options = build_options(ShareOptions, given, "SimpleConsumer(share)")
         self._given = options
-        conf = check_kafka_config(config, "consumer")
-        if consumer_group is not None:
-            naming.check_group(consumer_group, "consumer_group")
-            existing = conf.get("group.id")
-            if existing is not None and existing != consumer_group:
-                raise ConfigError(
-                    "group.id", existing, f"differs from consumer_group={consumer_group!r}"
-                )
-            conf["group.id"] = consumer_group
-        group = conf.get("group.id")
-        if not isinstance(group, str) or not group:
-            raise ConfigError("group.id", group, "a consumer group is required")
+        conf, group = group_config(config, consumer_group)
         opts = self.share_options
         self._config = conf
         self.consumer_group = group

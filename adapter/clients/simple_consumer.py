@@ -33,6 +33,7 @@ from adapter.clients.simple_options import (
     SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
+    group_config,
 )
 from adapter.clients.simple_view import (
     FilterExpression,
@@ -67,7 +68,7 @@ from adapter.errors import (
     InvalidInputError,
     UnackedLimitError,
 )
-from adapter.io.config import build_options, check_kafka_config
+from adapter.io.config import build_options
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
 from adapter.io.topics import ensure_topics, plan_topics
@@ -248,18 +249,7 @@ class SimpleConsumer:
     ) -> None:
         del backend  # chosen in __new__
         self.options = build_options(SimpleOptions, options, "SimpleConsumer")
-        conf = check_kafka_config(config, "consumer")
-        if consumer_group is not None:
-            naming.check_group(consumer_group, "consumer_group")
-            given = conf.get("group.id")
-            if given is not None and given != consumer_group:
-                raise ConfigError(
-                    "group.id", given, f"differs from consumer_group={consumer_group!r}"
-                )
-            conf["group.id"] = consumer_group
-        group = conf.get("group.id")
-        if not isinstance(group, str) or not group:
-            raise ConfigError("group.id", group, "a consumer group is required")
+        conf, group = group_config(config, consumer_group)
         self._config = conf
         self.consumer_group = group
         self.name = f"simple consumer {group}"

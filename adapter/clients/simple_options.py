@@ -8,10 +8,11 @@ same options and registers itself without the classic consumer's machinery.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from adapter.clients.push_options import timestamp_ms
 from adapter.constants import (
@@ -19,6 +20,7 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
 )
+from adapter.core import naming
 from adapter.core.clock import Clock
 from adapter.core.engine.pull import (
     DEFAULT_MAX_DELIVERY_ATTEMPTS,
@@ -28,7 +30,7 @@ from adapter.core.engine.pull import (
 from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of
 from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import check_int, check_seconds
+from adapter.io.config import check_int, check_kafka_config, check_seconds
 from adapter.io.loop import ErrorCallback
 
 if TYPE_CHECKING:
@@ -144,3 +146,21 @@ class SimpleOptions:
     @property
     def await_s(self) -> float:
         return seconds_of("await_duration", self.await_duration, minimum=0)
+
+
+def group_config(
+    config: Mapping[str, Any], consumer_group: str | None
+) -> tuple[dict[str, Any], str]:
+    """A SimpleConsumer's checked consumer config and its group: ``consumer_group`` (RocketMQ's
+    constructor argument) or ``group.id``; both given must agree."""
+    conf = check_kafka_config(config, "consumer")
+    if consumer_group is not None:
+        naming.check_group(consumer_group, "consumer_group")
+        given = conf.get("group.id")
+        if given is not None and given != consumer_group:
+            raise ConfigError("group.id", given, f"differs from consumer_group={consumer_group!r}")
+        conf["group.id"] = consumer_group
+    group = conf.get("group.id")
+    if not isinstance(group, str) or not group:
+        raise ConfigError("group.id", group, "a consumer group is required")
+    return conf, group
