@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -235,16 +236,21 @@ class Bench:
         consumer.subscribe(topic)
         consumer.register_message_listener(listener)
 
-        def work() -> tuple[int, float, float]:
-            consumer.start()
-            total, pos, deadline = 0, 0, time.monotonic() + 600
-            while total < n and time.monotonic() < deadline:
-                time.sleep(0.0005)
-                fresh = counts[pos:]
-                pos += len(fresh)
-                total += sum(fresh)
-            last = time.perf_counter()
-            consumer.shutdown()
-            return total, first[0], last
+        return measure(partial(run_until_counted, consumer, n, counts, first))
 
-        return measure(work)
+
+def run_until_counted(
+    consumer: Any, n: int, counts: list[int], first: list[float]
+) -> tuple[int, float, float]:
+    """Start ``consumer``, wait until its listener appended ``n`` to ``counts`` (batch sizes;
+    ``first[0]``: when the first batch arrived), shut it down: (count, first, last)."""
+    consumer.start()
+    total, pos, deadline = 0, 0, time.monotonic() + 600
+    while total < n and time.monotonic() < deadline:
+        time.sleep(0.0005)
+        fresh = counts[pos:]
+        pos += len(fresh)
+        total += sum(fresh)
+    last = time.perf_counter()
+    consumer.shutdown()
+    return total, first[0], last

@@ -39,6 +39,7 @@ from adapter.bench.harness import (
     Scenario,
     measure,
     noop_listener,
+    run_until_counted,
     uid,
 )
 from adapter.clients.push_consumer import PushConsumer
@@ -159,19 +160,7 @@ def orderly_consume(
     consumer.subscribe(topic)
     consumer.register_message_listener_orderly(listener)
 
-    def work() -> tuple[int, float, float]:
-        consumer.start()
-        total, pos, deadline = 0, 0, time.monotonic() + 600
-        while total < n and time.monotonic() < deadline:
-            time.sleep(0.0005)
-            fresh = counts[pos:]
-            pos += len(fresh)
-            total += sum(fresh)
-        last = time.perf_counter()
-        consumer.shutdown()
-        return total, first[0], last
-
-    return measure(work), suspended[0]
+    return measure(partial(run_until_counted, consumer, n, counts, first)), suspended[0]
 
 
 def _raw_retry_in_place(  # noqa: PLR0917

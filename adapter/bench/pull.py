@@ -66,11 +66,16 @@ def _simple_receive(bench: Bench, topic: str, n: int) -> tuple[int, float, float
         await_duration=1.0,
     )
     consumer.subscribe(topic)
+    return receive_loop(consumer, n, invisible_s=60)
+
+
+def receive_loop(consumer: Any, n: int, *, invisible_s: float) -> tuple[int, float, float]:
+    """``receive(BATCH)`` + ``ack`` each until ``n`` were handed out: (count, first, last)."""
     seen, first = 0, 0.0
     deadline = time.monotonic() + 600
     with consumer:
         while seen < n and time.monotonic() < deadline:
-            views = consumer.receive(BATCH, 60)
+            views = consumer.receive(BATCH, invisible_s)
             if not views:
                 continue
             if not first:

@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 )
 
 from adapter.bench.harness import CONSUMER_SCALE, Scenario, measure, noop_listener, uid
+from adapter.bench.pull import receive_loop
 from adapter.clients.simple_consumer import SimpleConsumer
 
 if TYPE_CHECKING:
@@ -93,18 +94,4 @@ def _share_receive(bench: Bench, topic: str, n: int) -> tuple[int, float, float]
         await_duration=1.0,
     )
     consumer.subscribe(topic)
-    seen, first = 0, 0.0
-    deadline = time.monotonic() + 600
-    with consumer:
-        while seen < n and time.monotonic() < deadline:
-            views = consumer.receive(BATCH, 20)
-            if not views:
-                continue
-            if not first:
-                first = time.perf_counter()
-            noop_listener(views)
-            for view in views:
-                consumer.ack(view)
-            seen += len(views)
-        last = time.perf_counter()
-    return seen, first, last
+    return receive_loop(consumer, n, invisible_s=20)
