@@ -247,6 +247,20 @@ class CircuitGate:
         return mine if due is None else min(due, mine)
 
 
+def gate_changes(
+    gate: CircuitGate,
+    actions: list[Action],
+    partitions: Sequence[TP],
+    flow_paused: Callable[[], list[TP]],
+    release: Callable[[Any], RunWork | None],
+) -> list[Action]:
+    """``actions`` plus what the breaker's pending state changes call for (either engine)."""
+    if not gate.pending():
+        return actions
+    more = gate.transitions(partitions, flow_paused, release)
+    return [*actions, *more] if actions else more
+
+
 class CircuitConcurrentEngine(ConcurrentEngine):
     """:class:`ConcurrentEngine` with a circuit breaker: see the module docstring."""
 
@@ -339,11 +353,7 @@ class CircuitConcurrentEngine(ConcurrentEngine):
         return self._changes(actions)
 
     def _changes(self, actions: list[Action]) -> list[Action]:
-        gate = self.gate
-        if not gate.pending():
-            return actions
-        more = gate.transitions(self.partitions, self.paused, self._hand_out)
-        return [*actions, *more] if actions else more
+        return gate_changes(self.gate, actions, self.partitions, self.paused, self._hand_out)
 
     def next_due(self) -> float | None:
         return self.gate.next_due(super().next_due())
@@ -444,11 +454,7 @@ class CircuitOrderlyEngine(OrderlyEngine):
         return self._changes(actions)
 
     def _changes(self, actions: list[Action]) -> list[Action]:
-        gate = self.gate
-        if not gate.pending():
-            return actions
-        more = gate.transitions(self.partitions, self.paused, self._hand_out)
-        return [*actions, *more] if actions else more
+        return gate_changes(self.gate, actions, self.partitions, self.paused, self._hand_out)
 
     def next_due(self) -> float | None:
         return self.gate.next_due(super().next_due())
