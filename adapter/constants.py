@@ -125,6 +125,9 @@ DEFAULT_SEND_MSG_TIMEOUT_MS: Final = 120_000
 #: user topic created after subscribe, a new delay-level topic of a pattern) is looked up
 #: again this soon.
 METADATA_REFRESH_MS: Final = 10_000
+#: How often a group member looks up the subscribed topics it holds no partition of, on its
+#: own (:mod:`adapter.core.subscription`): the refresh above did not always come on a cluster.
+SUBSCRIPTION_CHECK_S: Final = 15.0
 #: The longest a send waits for a topic's metadata (Kafka's producers' ``max.block.ms``).
 MAX_BLOCK_MS: Final = 60_000
 #: Flow-control back-off of the producer (gRPC connection-backoff style).

@@ -33,6 +33,14 @@ config dict, running on the application's thread (no thread of its own).  What i
   adapter itself: a message's offset is stored once the loop comes back for more (or the
   consumer is closed, or the partition revoked), never past a message being handed back.
 
+With ``circuit_breaker=CircuitBreaker()`` (off by default) a dependency that is down does
+not flood the ladder: once the breaker opens, the partitions are paused (the assignment
+stays), ``poll()`` returns nothing, and what the loop hands back is held (offset held, no
+copy sent); every ``open_s`` a held message is returned again as a probe, and when one
+succeeds (the loop comes back without handing it back) all held messages are returned
+again and fetching resumes.  ``open_circuit(msg)`` hands a message back and opens the
+breaker at once (its state: ``circuit()``; rules: :mod:`adapter.core.dropin_circuit`).
+
 A retried message's ``partition()`` and ``offset()`` are its position in the retry topic:
 commit it with ``commit(message=msg)`` / ``store_offsets(message=msg)`` (which map it
 there), not with a ``TopicPartition`` built from ``msg.topic()``.
@@ -65,20 +73,27 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from adapter.clients.breaking import CircuitReporter, circuit_notifier
 from adapter.clients.dropin_options import DropInOptions, DropInSettings, truthy
 from adapter.clients.dropin_records import RetriedMessage, SendBackCopy
+from adapter.constants import SUBSCRIPTION_CHECK_S
 from adapter.core import hops, naming
+from adapter.core.breaker import Breaker
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.dropin import CopyHolds, RetryTimer
+from adapter.core.dropin_circuit import DropInCircuit, Fate, Turn
 from adapter.core.message import MessageExt
 from adapter.core.publishing import Escalation, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
+from adapter.core.subscription import SubscriptionWatch
 from adapter.core.types import TP
 from adapter.errors import ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options
+from adapter.io.control import StatusPublisher
 from adapter.io.errors import error_text, refusal_of
+from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
 from adapter.io.topics import ensure_topics, plan_topics
@@ -127,6 +142,8 @@ class Consumer(confluent_kafka.Consumer):
         "_assigned",
         "_auto_store",
         "_callback_assigned",
+        "_circuit",
+        "_circuit_paused",
         "_clock",
         "_closed",
         "_conf",
@@ -144,9 +161,12 @@ class Consumer(confluent_kafka.Consumer):
         "_positions",
         "_provisioned",
         "_publisher",
+        "_reporter",
         "_retry_kafka",
+        "_subscribed",
         "_topics",
         "_user_callbacks",
+        "_watch",
     )
 
     def __init__(self, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> None:
@@ -198,6 +218,24 @@ class Consumer(confluent_kafka.Consumer):
         )
         self._provisioned = False
         self._closed = False
+        #: the subscription (the retry topic included) and the check for topics of it this
+        #: member holds nothing of (:mod:`adapter.core.subscription`)
+        self._subscribed: list[str] = []
+        self._watch = SubscriptionWatch(SUBSCRIPTION_CHECK_S)
+        #: the circuit breaker (``None``: off, and nothing of it on the hot path)
+        self._circuit: DropInCircuit | None = None
+        self._reporter: CircuitReporter | None = None
+        self._circuit_paused: list[TopicPartition] = []
+        settings = opts.circuit_breaker
+        if settings is not None:
+            name = f"consumer {group}"
+            self._reporter = CircuitReporter(
+                group, name, opts.clock, lambda member: StatusPublisher(conf, group, member)
+            )
+            self._circuit = DropInCircuit(
+                Breaker(settings), circuit_notifier(name, group, settings, self._reporter)
+            )
+            self._reporter.bind(self._member_id, self._circuit.snapshot)
 
     # -- the retry path --------------------------------------------------------------------
     @property
@@ -213,14 +251,46 @@ class Consumer(confluent_kafka.Consumer):
         """How many times ``msg`` was handed back already (0 on its first delivery)."""
         return self._view(msg).reconsume_times
 
-    def reconsume_later(self, msg: confluent_kafka.Message, delay_level: int = 0) -> None:
+    def reconsume_later(
+        self,
+        msg: confluent_kafka.Message,
+        delay_level: int = 0,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
         """Hand ``msg`` to the retry path: a copy goes to delay level ``delay_level`` (0:
         ``3 + reconsume_times``; > 0: that level, clamped; < 0: the DLQ), or to the DLQ once
         it was handed back ``max_reconsume_times`` times.  Until the broker acknowledges
-        the copy, no offset of its partition is committed or stored past it."""
+        the copy, no offset of its partition is committed or stored past it.
+
+        With a circuit breaker, ``msg`` counts as a failure; ``error`` (what the handler
+        raised) of one of its ``trip_on`` types opens it at once; while it is not closed
+        ``msg`` is held (offset held) instead of sent, and returned again later."""
         if isinstance(delay_level, bool) or not isinstance(delay_level, int):
             raise InvalidInputError("delay_level", delay_level, "must be an int")
+        trip = None
+        circuit = self._circuit
+        if circuit is not None and error is not None and circuit.breaker.tripped_by(error):
+            trip = f"listener raised {type(error).__name__}"
+        self._hand_back(msg, delay_level, trip)
+
+    def open_circuit(self, msg: confluent_kafka.Message, reason: str = "open_circuit()") -> None:
+        """``msg`` failed for a reason that is not its own (what the handler calls is
+        down): hold it and open the circuit breaker now.  Without a breaker it is
+        ``reconsume_later(msg)``."""
+        self._hand_back(msg, 0, reason if self._circuit is not None else None)
+
+    def _hand_back(self, msg: confluent_kafka.Message, delay_level: int, trip: str | None) -> None:
         view = self._view(msg)
+        tp = (view.kafka_topic, view.queue_id)
+        circuit = self._circuit
+        fate = Fate.SEND
+        if circuit is not None:
+            fate = circuit.failed(self._clock.monotonic(), tp, view.queue_offset, msg, trip=trip)
+            if fate is Fate.HOLD:
+                self._holds.hold(tp, view.queue_offset)
+            if fate is Fate.HOLD or fate is Fate.HOLD_AGAIN:
+                return
         dest = route_failed(
             reconsume_times=view.reconsume_times,
             max_reconsume_times=self._max,
@@ -229,8 +299,8 @@ class Consumer(confluent_kafka.Consumer):
             message_max_reconsume_times=view.max_reconsume_times,
         )
         failure = Failure("RECONSUME_LATER", "reconsume_later() called")
-        tp = (view.kafka_topic, view.queue_id)
-        self._holds.hold(tp, view.queue_offset)
+        if fate is Fate.SEND:  # (a held message handed out again has its offset held)
+            self._holds.hold(tp, view.queue_offset)
         self._due = 0.0  # poll() serves the copy's verdict from now on
         self._send(SendBackCopy(tp, view.queue_offset, view, dest, failure))
         self._publisher.poll(0)
@@ -329,16 +399,39 @@ class Consumer(confluent_kafka.Consumer):
             self._store_positions()
         if self._holds:
             self._serve_copies()
-        if self._holds or self._later:
+        watch = self._watch
+        if self._subscribed and watch.pending(now):
+            unheld = watch.due(now, self._subscribed, self._assigned)
+            if unheld:
+                self._look_for(unheld)
+        if self._holds or self._later or self._circuit is not None:
             self._due = 0.0
         elif self._auto_store:
             self._due = self._next_store
         else:
             self._due = float("inf")
+        if self._subscribed and watch.next_at is not None:
+            self._due = min(self._due, watch.next_at)
+
+    def _look_for(self, topics: list[str]) -> None:
+        """Subscribed ``topics`` this member holds no partition of: when one exists, refresh
+        the whole metadata, which makes librdkafka compare the subscription with the
+        cluster again (:mod:`adapter.core.subscription`)."""
+        try:
+            for topic in topics:
+                tmd = self.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S).topics.get(topic)
+                if tmd is not None and tmd.error is None and tmd.partitions:
+                    self.list_topics(timeout=LOOKUP_TIMEOUT_S)
+                    return
+        except KafkaException as exc:
+            log.debug("consumer %s: looking up subscribed topics failed: %s", self._group, exc)
 
     def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
         if self._now() >= self._due:
             self._upkeep()
+            if self._circuit is not None:
+                out = self._circuit_consume(1, timeout)
+                return out[0] if out else None
         msg = _raw_poll(self) if timeout is None else _raw_poll(self, timeout)
         if msg is not None and _topic_of(msg) == self._retry_kafka and msg.error() is None:
             return self._retried(msg)
@@ -349,6 +442,8 @@ class Consumer(confluent_kafka.Consumer):
     ) -> list[confluent_kafka.Message]:
         if self._now() >= self._due:
             self._upkeep()
+            if self._circuit is not None:
+                return self._circuit_consume(num_messages, timeout)
         msgs: list[confluent_kafka.Message] = (
             _raw_consume(self, num_messages)
             if timeout is None
@@ -363,6 +458,85 @@ class Consumer(confluent_kafka.Consumer):
 
     def _retried(self, record: confluent_kafka.Message) -> RetriedMessage:
         return RetriedMessage.of(record, self._names.view(record).topic)
+
+    # -- the circuit breaker (only with ``circuit_breaker=``) -------------------------------
+    def _circuit_consume(
+        self, num_messages: int, timeout: float | None
+    ) -> list[confluent_kafka.Message]:
+        """``poll()``/``consume()`` with a breaker: settle what was handed out, apply its
+        state changes, then return held messages due again or fetch."""
+        circuit = self._circuit
+        assert circuit is not None
+        now = self._clock.monotonic()
+        turn, released = circuit.step(now)
+        for tp, offset, _ in released:  # succeeded when handed out again: free the offset
+            deferred = self._holds.release(tp, offset)
+            if deferred is not None:
+                self._apply(tp, *deferred)
+        if turn is Turn.PAUSE:
+            self._pause_all()
+        elif turn is Turn.RESUME:
+            self._resume_all()
+        if self._reporter is not None:
+            self._reporter.step(now)
+        again: list[confluent_kafka.Message] = []
+        while len(again) < num_messages:
+            item = circuit.hand_out()
+            if item is None:
+                break
+            again.append(item[2])
+        if again:
+            _raw_poll(self, 0)  # serve the group's events meanwhile
+            return again
+        if timeout is None:
+            msgs: list[confluent_kafka.Message] = _raw_consume(self, num_messages)
+        else:
+            msgs = _raw_consume(self, num_messages, timeout)
+        retry = self._retry_kafka
+        handed = 0
+        for i, msg in enumerate(msgs):
+            if msg.error() is None:
+                handed += 1
+                if _topic_of(msg) == retry:
+                    msgs[i] = self._retried(msg)
+        circuit.handed_out(handed)
+        return msgs
+
+    def _pause_all(self) -> None:
+        parts = [TopicPartition(p.topic, p.partition) for p in self.assignment()]
+        if parts:
+            self.pause(parts)
+        self._circuit_paused = parts
+
+    def _resume_all(self) -> None:
+        owned = {(p.topic, p.partition) for p in self.assignment()}
+        parts = [p for p in self._circuit_paused if (p.topic, p.partition) in owned]
+        self._circuit_paused = []
+        if parts:
+            self.resume(parts)
+
+    def _member_id(self) -> str | None:
+        try:
+            member: str | None = self.memberid()
+        except RuntimeError:  # closed
+            return None
+        return member
+
+    def circuit(self) -> dict[str, Any] | None:
+        """The circuit breaker's state (``None``: no breaker): ``state`` (closed / open /
+        half_open), ``open_seconds`` in all, ``held_messages`` (handed back while open, not
+        sent), ``held_batches`` (the same: a message is a batch here), ``opened``
+        (times)."""
+        if self._circuit is None:
+            return None
+        snap = self._circuit.snapshot(self._clock.monotonic())
+        return {
+            "state": snap.state.value,
+            "open_seconds": snap.open_seconds,
+            "held_messages": snap.held_messages,
+            "held_batches": snap.held_batches,
+            "opened": snap.opened,
+        }
 
     # -- offsets ---------------------------------------------------------------------------
     def _position_of(self, msg: Any) -> TopicPartition:
@@ -474,6 +648,8 @@ class Consumer(confluent_kafka.Consumer):
             self._provisioned = True
         self._user_callbacks = (on_assign, on_revoke, on_lost)
         wanted = [t for t in topics if t != self._retry_kafka] + [self._retry_kafka]
+        self._subscribed = wanted
+        self._due = 0.0  # the subscription check starts its interval at the next poll
         super().subscribe(
             wanted, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -488,6 +664,10 @@ class Consumer(confluent_kafka.Consumer):
                 self.incremental_assign(partitions)
             else:
                 self.assign(partitions)
+        if self._circuit is not None and self._circuit.paused and partitions:
+            fresh = [TopicPartition(p.topic, p.partition) for p in partitions]
+            self.pause(fresh)  # fetching is stopped: a new partition waits too
+            self._circuit_paused.extend(fresh)
 
     def _user_callback(
         self, user: Callable[..., Any] | None, partitions: list[TopicPartition]
@@ -540,6 +720,8 @@ class Consumer(confluent_kafka.Consumer):
                 self.unassign()
         for tp in tps:
             self._holds.forget(tp)
+        if self._circuit is not None:
+            self._circuit.revoked(tps)
 
     def _flush_copies(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -594,6 +776,8 @@ class Consumer(confluent_kafka.Consumer):
                         self._send(copy)
                 self._flush_copies(FLUSH_TIMEOUT_S)
         finally:
+            if self._reporter is not None:
+                self._reporter.close()
             left = self._publisher.close(0)
             if left:
                 log.warning("consumer %s: %d copies unacknowledged at close", self._group, left)

@@ -57,7 +57,14 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
 )
 from adapter.errors import ConfigError
-from adapter.io.avro import TRACE, TRACE_SCHEMA_HEADER, known_schemas, trace_schema
+from adapter.io.avro import (
+    TRACE,
+    TRACE_BATCH,
+    TRACE_SCHEMA_HEADER,
+    known_schemas,
+    trace_batch_schema,
+    trace_schema,
+)
 
 __all__ = [
     "CONSUME_STATUSES",
@@ -137,24 +144,38 @@ def decode_traces(raw: DataFrame, *, keep_malformed: bool = False) -> DataFrame:
     """Kafka source rows -> one row per trace event (the ``consume_trace.avsc`` fields plus
     ``event_time`` and the record's ``kafka_partition``/``kafka_offset``).
 
-    Each record is decoded with the writer schema its ``RMQ_TRACE_SCHEMA`` header names
-    (resolved to the current schema); records without the header are read with the
+    A topic may hold both record kinds: single events (``consume_trace.avsc``, what sinks
+    wrote before packing, or with ``packed=False``) and packed ones
+    (``consume_trace_batch.avsc``: an array of events, exploded here into one row each, all
+    with the record's partition and offset).  The ``RMQ_TRACE_SCHEMA`` header names the
+    writer schema of each record, which is decoded with it and resolved to the current
+    schema of its kind; records without the header are read as single events with the
     current schema.  Records that do not decode (``PERMISSIVE`` mode gives null) are
-    dropped unless ``keep_malformed``.
+    dropped unless ``keep_malformed`` (then they give one all-null row).
     """
     current = trace_schema()
     tag = header(TRACE_SCHEMA_HEADER)
-    options = {"mode": "PERMISSIVE", "avroSchema": current.text}
-    decoded: Column | None = None
-    for writer_tag, writer in sorted(known_schemas(TRACE).items()):
-        value = from_avro(F.col("value"), writer.text, options)
+    single_options = {"mode": "PERMISSIVE", "avroSchema": current.text}
+    packed_options = {"mode": "PERMISSIVE", "avroSchema": trace_batch_schema().text}
+    events: Column | None = None
+    single = known_schemas(TRACE)
+    writers = [(t, w, False) for t, w in sorted(single.items())]
+    writers += [
+        (t, w, True) for t, w in sorted(known_schemas(TRACE_BATCH).items()) if t not in single
+    ]
+    for writer_tag, writer, packed in writers:
+        if packed:
+            value = from_avro(F.col("value"), writer.text, packed_options)["events"]
+        else:  # a single event: an array of one, so both kinds explode alike
+            value = F.array(from_avro(F.col("value"), writer.text, single_options))
         cond = tag == F.lit(writer_tag)
         if writer_tag == current.tag:
             cond = cond | tag.isNull()
-        decoded = F.when(cond, value) if decoded is None else decoded.when(cond, value)
-    assert decoded is not None
+        events = F.when(cond, value) if events is None else events.when(cond, value)
+    assert events is not None
+    explode = F.explode_outer if keep_malformed else F.explode
     out = raw.select(
-        decoded.alias("e"),
+        explode(events).alias("e"),
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
     )

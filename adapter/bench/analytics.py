@@ -9,10 +9,11 @@
    (``availableNow``, Avro decode, windowed aggregation, Parquet sink, checkpoint) over the
    same topic.  Ratio = job rows/s / plain rows/s.  CPU is the driver JVM's plus this
    process's, per row.
-2. **What trace emission costs the consumer** (:func:`trace_overhead_scenario`).  The
-   PushConsumer (all-success listener, batch 1, 100-byte bodies) drains a pre-filled topic
-   without ("raw") and with ``trace_topic`` ("ours"), alternately.  Ratio = traced msgs/s /
-   untraced msgs/s; overhead = 1 - ratio; CPU is this process's per message.
+2. **What trace emission costs the consumer** (:func:`trace_overhead_scenario`, two rows:
+   batch 1 and batch 32).  The PushConsumer (all-success listener, 100-byte bodies) drains a
+   pre-filled topic without ("raw") and with ``trace_topic`` ("ours": packed trace records,
+   the default), alternately.  Ratio = traced msgs/s / untraced msgs/s; overhead = 1 -
+   ratio; CPU is this process's per message.
 
 Both run against the bench's broker, ``repeats`` times each, medians reported; Spark is
 ``local[2]`` in this process.  Only the first needs pyspark.
@@ -182,17 +183,19 @@ def spark_scenario(bench: Bench, rows: int, *, spark: Any = None) -> Scenario:
     return sc
 
 
-def trace_overhead_scenario(bench: Bench, messages: int | None = None) -> Scenario:
-    """Row 2: the consumer with tracing on (ours) vs off (raw), batch 1, 100-byte bodies."""
+def trace_overhead_scenario(
+    bench: Bench, messages: int | None = None, *, batch: int = 1
+) -> Scenario:
+    """Row 2: the consumer with tracing on (ours) vs off (raw), 100-byte bodies."""
     n = messages or bench.n
-    sc = Scenario(f"trace emission: consumer traced vs untraced batch=1 body=100B ({n} msgs)")
+    sc = Scenario(f"trace emission: consumer traced vs untraced batch={batch} body=100B ({n} msgs)")
     topic = bench.topic()
     bench.fill(topic, n, 100)
     trace_topic = f"bench-consumer-trace-{uuid.uuid4().hex[:8]}"
-    bench.ours_consume(topic, min(n, 5_000), 1, trace_topic=trace_topic)  # warm-up
+    bench.ours_consume(topic, min(n, 5_000), batch, trace_topic=trace_topic)  # warm-up
     for _ in range(bench.repeats):
-        sc.raw.append(bench.ours_consume(topic, n, 1))
-        sc.ours.append(bench.ours_consume(topic, n, 1, trace_topic=trace_topic))
+        sc.raw.append(bench.ours_consume(topic, n, batch))
+        sc.ours.append(bench.ours_consume(topic, n, batch, trace_topic=trace_topic))
     traced = statistics.median(r.rate for r in sc.ours)
     untraced = statistics.median(r.rate for r in sc.raw)
     sc.extra = {"trace_overhead_pct": round(100 * (1 - traced / untraced), 1)}
@@ -213,7 +216,7 @@ def run_analytics_bench(
     out = []
     if with_spark:
         out.append(spark_scenario(bench, rows, spark=spark).summary())
-    out.append(trace_overhead_scenario(bench).summary())
+    out.extend(sc.summary() for sc in trace_scenarios(bench))
     return out
 
 
@@ -232,8 +235,9 @@ def analytics_scenarios(bench: Bench, *, spark: Any = None) -> list[Scenario]:
 
 
 def trace_scenarios(bench: Bench) -> list[Scenario]:
-    """The trace-emission row: the consumer with and without ``trace_topic``."""
-    return [trace_overhead_scenario(bench)]
+    """The trace-emission rows: the consumer with and without ``trace_topic``, batch 1 and
+    batch 32."""
+    return [trace_overhead_scenario(bench), trace_overhead_scenario(bench, batch=32)]
 
 
 def main(argv: list[str]) -> None:

@@ -8,7 +8,6 @@ confluent-kafka loop (:meth:`Bench.raw_consume`) and the PushConsumer doing the 
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,6 +27,7 @@ __all__ = [
     "CONSUMER_SCALE",
     "RAW_FETCH_SETTINGS",
     "Bench",
+    "RawCopyHeaders",
     "Run",
     "Scenario",
     "header",
@@ -140,7 +140,8 @@ class Bench:
         the background, and the adapter's fetch settings (:data:`RAW_FETCH_SETTINGS`:
         without them a loop slower than the fetcher stalls for a second at a time); with
         ``fail_every`` it also produces the failed record and the rest of its batch to a
-        side topic (the work ``ack_index`` implies)."""
+        side topic (the work ``ack_index`` implies), each with the headers our copies carry
+        (:class:`RawCopyHeaders`)."""
 
         def work() -> tuple[int, float, float]:
             c = Consumer(
@@ -158,6 +159,8 @@ class Bench:
                 if fail_every
                 else None
             )
+            side_topic = topic + "-retry"
+            copy_headers = RawCopyHeaders(topic, f"raw-{uid()}", side_topic)
             c.subscribe([topic])
             seen, first = 0, 0.0
             while seen < n:
@@ -176,7 +179,7 @@ class Bench:
                             if (before + j + 1) % fail_every == 0:
                                 for failed in chunk[j:]:  # like ack_index: the rest goes back
                                     side.produce(
-                                        topic + "-retry", failed.value(), headers=failed.headers()
+                                        side_topic, failed.value(), headers=copy_headers(failed)
                                     )
                                 break
                 seen += len(records)
@@ -202,10 +205,8 @@ class Bench:
         block_s: float = 0.0,
         **options: Any,
     ) -> Run:
-        lock = threading.Lock()
         counts: list[int] = []  # one entry per listener call (list.append is atomic)
         first = [0.0]
-        seen = [0]
         ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
         def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
@@ -215,11 +216,11 @@ class Bench:
                 first[0] = time.perf_counter()
             counts.append(len(msgs))
             if fail_every:
-                with lock:  # the failure pattern needs a consistent message count
-                    before = seen[0]
-                    seen[0] += len(msgs)
-                for i in range(len(msgs)):
-                    if (before + i + 1) % fail_every == 0:
+                # the raw loop's pattern (every ``fail_every``-th record fails): the topic has
+                # one partition filled from offset 0, so a record's offset is its count, and
+                # no lock is needed to keep a count across worker threads
+                for i, msg in enumerate(msgs):
+                    if (msg.queue_offset + 1) % fail_every == 0:
                         ctx.ack_index = i - 1
                         return ok
             return ok
@@ -237,6 +238,46 @@ class Bench:
         consumer.register_message_listener(listener)
 
         return measure(partial(run_until_counted, consumer, n, counts, first))
+
+
+class RawCopyHeaders:
+    """The headers a careful raw loop puts on a retry copy: the 13 names and values a
+    first send-back of ours carries (message id, origin id, topic, count, group, where
+    it was read, born time, failure, where it goes back to, delay level, due time), the
+    values that are the same for every copy encoded once.  Without them the raw baseline
+    of the failure rows would produce smaller records than ours does (no headers at all).
+    """
+
+    __slots__ = ("_fixed", "_tail", "_topic")
+
+    def __init__(self, topic: str, group: str, back_to: str) -> None:
+        self._topic = topic
+        self._fixed = [
+            ("RETRY_TOPIC", topic.encode()),
+            ("RECONSUME_TIME", b"1"),
+            ("RMQ_GROUP", group.encode()),
+        ]
+        self._tail = [
+            ("RMQ_FAILURE_TYPE", b"NotAcknowledged"),
+            ("RMQ_FAILURE_MESSAGE", b"CONSUME_SUCCESS with ack_index=-1"),
+            ("REAL_TOPIC", back_to.encode()),
+            ("DELAY", b"3"),
+        ]
+
+    def __call__(self, record: Any) -> list[tuple[str, str | bytes | None]]:
+        partition, offset = record.partition(), record.offset()
+        msg_id = b"%s:%d:%d" % (self._topic.encode(), partition, offset)
+        born = record.timestamp()[1]
+        return [
+            ("UNIQ_KEY", msg_id),
+            ("ORIGIN_MESSAGE_ID", msg_id),
+            *self._fixed,
+            ("RMQ_ORIGIN_PARTITION", b"%d" % partition),
+            ("RMQ_ORIGIN_OFFSET", b"%d" % offset),
+            ("RMQ_ORIGIN_BORN_MS", b"%d" % born),
+            *self._tail,
+            ("RMQ_DUE_MS", b"%d" % (time.time_ns() // 1_000_000 + 3_000)),
+        ]
 
 
 def run_until_counted(

@@ -22,6 +22,7 @@ from adapter.bench.memory import rss_scenario
 from adapter.bench.orderly import orderly_scenarios
 from adapter.bench.producer import producer_scenarios
 from adapter.bench.pull import pull_scenarios
+from adapter.bench.sendback import send_back_scenario
 from adapter.bench.share import share_consumer_scenario
 from adapter.services.schedule import DeliveryGuarantee
 
@@ -41,7 +42,8 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "consumer-pool": pool_scenarios,
     "blocking": _one(blocking_scenario),
     "consumer-1k": partial(consumer_scenarios, size=1000, batches=(32,)),
-    "failures": partial(failure_scenarios, rates=(1, 10, 100)),
+    "failures": partial(failure_scenarios, rows=((1, 32), (10, 32), (100, 32), (1, 1))),
+    "sendback": _one(send_back_scenario),
     "breaker": breaker_scenarios,
     "pull": pull_scenarios,
     "share": _one(share_consumer_scenario),

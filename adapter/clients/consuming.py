@@ -38,6 +38,7 @@ from confluent_kafka import (
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
 
+from adapter.clients.breaking import CircuitReporter
 from adapter.clients.broadcasting import (
     PERSIST_INTERVAL_S,
     REDISCOVER_INTERVAL_S,
@@ -48,7 +49,7 @@ from adapter.clients.lag import LAG_INTERVAL_S, LagTracker
 from adapter.clients.outcomes import ConsumerStats, ConsumerTracer, Emit, SendBackResults
 from adapter.clients.resets import ResetReceiver
 from adapter.clients.starts import StartPositions
-from adapter.constants import METADATA_REFRESH_MS
+from adapter.constants import METADATA_REFRESH_MS, SUBSCRIPTION_CHECK_S
 from adapter.core import hops
 from adapter.core.clock import Clock
 from adapter.core.codec import logical_topic
@@ -65,6 +66,7 @@ from adapter.core.engine import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.message import FetchedRun, MessageExt, split_fetch
+from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
 from adapter.io.config import require_setting
@@ -149,7 +151,10 @@ class GroupConsumer:
             retry_kafka=self.retry_kafka,
         )
         #: hands one trace event to ``trace`` (listeners call it per message while tracing)
-        self.emit: Emit = ConsumerTracer(trace, name=name, group=group, clock=clock).emit
+        tracer = ConsumerTracer(trace, name=name, group=group, clock=clock)
+        self.emit: Emit = tracer.emit
+        #: the SUCCESS events of one listener batch at once (one hand-over per batch)
+        self.emit_successes = tracer.emit_successes
         self.runner: Runner | None = None
         self.assignment: set[TP] = set()
         #: partitions whose running batches a revoke or shutdown is waiting for: runners
@@ -173,6 +178,7 @@ class GroupConsumer:
             # linger.ms=0, and their offsets wait only that much longer
             defaults={"message.timeout.ms": 30_000, "linger.ms": 5},
             producer_factory=producer_factory,
+            on_delivered=self.results.delivered,
         )
         self._config = self._consumer_config(config)
         self._cooperative = is_cooperative(self._config)
@@ -189,6 +195,12 @@ class GroupConsumer:
         self.lag_tracker = LagTracker(config, what=name, admin_factory=admin_factory)
         #: forced offset resets from the control topic (set by the kind before ``open()``)
         self.resets: ResetReceiver | None = None
+        #: the circuit breaker's state on the control topic (set by the kind before ``open()``)
+        self.circuit_status: CircuitReporter | None = None
+        #: subscribed topics held nothing of, looked up again (clustering)
+        self.subscription_watch = (
+            SubscriptionWatch(SUBSCRIPTION_CHECK_S) if self.settings.clustering else None
+        )
         #: ``apply``'s handler per action type
         self._handlers: dict[type[Any], Callable[[Any], None]] = {}
         self._handle(SendBack, self._send_back)
@@ -264,6 +276,28 @@ class GroupConsumer:
             )
             self._discover(first=True)
 
+    def _look_for(self, topics: list[str]) -> None:
+        """Subscribed ``topics`` this member holds no partition of: when one of them exists,
+        refresh the consumer's whole metadata, which makes librdkafka compare the
+        subscription with the cluster again (a rejoin only when the group's view was out
+        of date; see :mod:`adapter.core.subscription`)."""
+        consumer = self._consumer
+        try:
+            for topic in topics:
+                md = consumer.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S)
+                tmd = md.topics.get(topic)
+                if tmd is not None and tmd.error is None and tmd.partitions:
+                    log.debug(
+                        "%s: subscribed topic %s exists and this member holds none of it: "
+                        "refreshing the group's metadata",
+                        self.name,
+                        topic,
+                    )
+                    consumer.list_topics(timeout=LOOKUP_TIMEOUT_S)
+                    return
+        except KafkaException as exc:
+            log.debug("%s: looking up subscribed topics failed: %s", self.name, exc)
+
     def resubscribe(self, filters: Mapping[str, TagFilter]) -> None:
         """Replace the subscriptions of a running member (clustering; on the loop thread):
         ``filters`` maps every Kafka topic to read (the retry topic included) to its tag
@@ -310,10 +344,19 @@ class GroupConsumer:
             self.lag_tracker.refresh(now, self._consumer, self.assignment, self.engine)
         if self.resets is not None and self.assignment:
             self.resets.step(now)
+        if self.circuit_status is not None:
+            self.circuit_status.step(now)
+        watch = self.subscription_watch
+        if watch is not None:
+            unheld = watch.due(now, self.filters, self.assignment)
+            if unheld:
+                self._look_for(unheld)
 
     def close(self) -> None:
         if self.resets is not None:
             self.resets.close()
+        if self.circuit_status is not None:
+            self.circuit_status.close()
         try:
             if self._consumer is not None:
                 self._drain(set(self.assignment), self.settings.shutdown_await)
@@ -609,4 +652,3 @@ def _log_partitions(name: str, what: str, tps: list[TP]) -> None:
         ", ".join(f"{logical_topic(t)} x{n}" for t, n in sorted(per_topic.items())) or "none",
     )
     log.debug("%s %s %s", name, what, sorted(tps))
-

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from adapter.constants import DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+from adapter.core.breaker import CircuitBreaker
 from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
+from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_int, check_seconds
 
@@ -25,6 +27,7 @@ class DropInOptions(TypedDict, total=False):
     auto_create_topics: bool
     partitions: int
     send_back_retry_interval: float
+    circuit_breaker: CircuitBreaker | None
     clock: Clock
 
 
@@ -36,6 +39,8 @@ class DropInSettings:
     auto_create_topics: bool = True
     partitions: int = 3
     send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
+    #: off by default; see :mod:`adapter.core.dropin_circuit`
+    circuit_breaker: CircuitBreaker | None = None
     clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
 
     def __post_init__(self) -> None:
@@ -43,6 +48,10 @@ class DropInSettings:
         object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
         check_int("partitions", self.partitions, minimum=1)
         check_seconds("send_back_retry_interval", self.send_back_retry_interval)
+        if self.circuit_breaker is not None and not isinstance(
+            self.circuit_breaker, CircuitBreaker
+        ):
+            raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
 
 
 def truthy(value: Any) -> bool:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from adapter.clients.failure_log import FailureLog
 from adapter.core.engine import ConcurrentEngine, Work
-from adapter.core.engine.actions import TraceInfo
 from adapter.core.listener import (
     ConsumeConcurrentlyContext,
     InlinePolicy,
@@ -31,7 +30,6 @@ from adapter.core.listener import (
 )
 from adapter.core.message import start_consuming
 from adapter.core.routing import ConsumeConcurrentlyStatus, ack_index_clamped
-from adapter.core.trace import TraceStatus
 
 if TYPE_CHECKING:
     from adapter.clients.consuming import GroupConsumer
@@ -248,9 +246,7 @@ class ConcurrentRunner:
                 ack = None if outcome is None else outcome.ack_index
             else:
                 ok, ack = range(len(batch)), None
-            for i in ok:
-                info = TraceInfo(len(batch), i, ack, rt_s * 1000)
-                group.emit(batch[i], TraceStatus.SUCCESS, info)
+            group.emit_successes(batch, ok, ack, rt_s * 1000)  # one hand-over per batch
 
     # -- pool ------------------------------------------------------------------------------
     def _submit(self, work: Work) -> None:

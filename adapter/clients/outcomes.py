@@ -12,7 +12,7 @@ locally later).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -25,7 +25,14 @@ from adapter.core.message import MessageExt
 from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, Destination, RetryLater, RetryNow
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, TopicStats
-from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
+from adapter.core.trace import (
+    RUN,
+    Pending,
+    PendingRun,
+    TraceSink,
+    TraceStatus,
+    consumer_event,
+)
 from adapter.io.errors import error_text, refusal_of
 
 __all__ = ["ConsumerStats", "ConsumerTracer", "Emit", "PublishOutcomes", "SendBackResults"]
@@ -92,6 +99,9 @@ class ConsumerTracer:
         self.name = name
         self.group = group
         self.clock = clock
+        #: a sink that derives the event on its own thread (``KafkaTraceSink.defer``) is
+        #: handed a :data:`~adapter.core.trace.Pending` tuple; any other gets the event
+        self._defer: Callable[[Pending | PendingRun], None] | None = getattr(sink, "defer", None)
 
     def emit(
         self,
@@ -103,35 +113,42 @@ class ConsumerTracer:
     ) -> None:
         """Hand one trace event to the sink (tracing is opt-in; it never breaks consuming)."""
         assert self.sink is not None
-        info = info or TraceInfo(1, 0, None, None)
-        event = TraceEvent(
-            event_time_ms=self.clock.now_ms(),
-            source="consumer",
-            group=self.group,
-            topic=msg.topic,
-            partition=msg.queue_id,
-            offset=msg.queue_offset,
-            msg_id=msg.msg_id,
-            origin_msg_id=msg.origin_message_id,
-            status=status,
-            reconsume_times=msg.reconsume_times,
-            tags=msg.tags,
-            keys=msg.keys,
-            batch_size=info.batch_size,
-            batch_index=info.batch_index,
-            ack_index=info.ack_index,
-            delay_level=dest.level if isinstance(dest, RetryLater) else None,
-            consume_rt_ms=info.rt_ms,
-            born_timestamp_ms=msg.born_timestamp,
-            origin_born_timestamp_ms=msg.origin_born_timestamp,
-            store_timestamp_ms=msg.store_timestamp,
-            consume_timestamp_ms=msg.consume_start_time,
-            failure_type=failure.type if failure else None,
-            failure_message=failure.truncated() if failure else None,
-            dlq_reason=dest.reason.value if isinstance(dest, DeadLetter) else None,
+        pending = (
+            self.group,
+            self.clock.now_ms(),
+            msg,
+            status,
+            info,
+            failure,
+            dest,
+            msg.consume_start_time,
         )
         try:
-            self.sink(event)
+            if self._defer is not None:
+                self._defer(pending)
+            else:
+                self.sink(consumer_event(pending))
+        except Exception:
+            log.exception("%s: trace sink failed", self.name)
+
+    def emit_successes(
+        self, batch: list[MessageExt], ok: Sequence[int], ack_index: int | None, rt_ms: float
+    ) -> None:
+        """Hand the SUCCESS events of ``batch[i] for i in ok`` to the sink: to a deferring
+        sink as one :data:`~adapter.core.trace.PendingRun` for the whole batch.  ``batch``
+        must be a list nobody changes afterwards (the listener got its own)."""
+        if not ok:
+            return
+        if self._defer is None:
+            size = len(batch)
+            for i in ok:
+                self.emit(batch[i], TraceStatus.SUCCESS, TraceInfo(size, i, ack_index, rt_ms))
+            return
+        # every message of a listener batch carries the batch's CONSUME_START_TIME
+        run = (RUN, self.group, self.clock.now_ms(), batch, ok, ack_index, rt_ms,
+               batch[0].consume_start_time)  # fmt: skip
+        try:
+            self._defer(run)
         except Exception:
             log.exception("%s: trace sink failed", self.name)
 
@@ -167,12 +184,26 @@ class SendBackResults:
         if err is not None:
             self.refused(action, err, local)
             return
+        self.delivered(action, None, None)
+
+    def delivered(self, action: SendBack, err: Any, _msg: Any = None) -> None:
+        """librdkafka's delivery report on a copy, as the publisher hands it over (bound
+        to ``action`` with :func:`functools.partial`: no Python frame in between, one
+        verdict per copy on the failure path)."""
+        if err is not None:
+            self.refused(action, err, False)
+            return
         msg = action.msg
         dest = action.dest
         self.engine.published(action)
         stats = self.stats
         topic = msg.topic
-        if isinstance(dest, DeadLetter):
+        if type(dest) is RetryLater:  # the common case first: one type test per copy
+            st = stats.topics.get(topic)
+            (st if st is not None else stats.topic(topic)).sent_back += 1
+            key = (topic, dest.level)
+            stats.send_backs[key] = stats.send_backs.get(key, 0) + 1
+        elif isinstance(dest, DeadLetter):
             stats.topic(topic).dead_lettered += 1
             reason = (topic, dest.reason.value)
             stats.dead_letters[reason] = stats.dead_letters.get(reason, 0) + 1

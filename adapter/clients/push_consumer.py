@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Unpack
 
 from adapter.clients.async_runner import AsyncRunner, is_async_listener
-from adapter.clients.breaking import circuit_engine
+from adapter.clients.breaking import CircuitReporter, circuit_engine
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
 from adapter.clients.listeners import ConcurrentRunner
 from adapter.clients.orderly import OrderlyListener, OrderlyRunner
@@ -48,7 +48,7 @@ from adapter.core.stats import TopicStats
 from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.config import build_options, check_kafka_config
-from adapter.io.control import ControlChannel
+from adapter.io.control import ControlChannel, StatusPublisher
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
 from adapter.io.topics import ensure_topics, plan_topics
@@ -231,13 +231,22 @@ class PushConsumer:
                 max_suspended_keys=opts.max_suspended_keys_per_queue,
                 dead_letters=not self._reads_own_dlq(),
             )
+        reporter = None
         if opts.circuit_breaker is not None:
+            if self.clustering:  # its state for ``group progress``, on the control topic
+                reporter = CircuitReporter(
+                    self.group,
+                    f"consumer {self.group}",
+                    opts.clock,
+                    lambda member_id: StatusPublisher(self._config, self.group, member_id),
+                )
             engine = circuit_engine(
                 engine_options,
                 orderly,
                 opts.circuit_breaker,
                 name=f"consumer {self.group}",
                 group=self.group,
+                reporter=reporter,
             )
         elif orderly is not None:
             engine = OrderlyEngine(engine_options, orderly)
@@ -255,6 +264,9 @@ class PushConsumer:
             clock=opts.clock,
             trace=trace,
         )
+        if reporter is not None:
+            reporter.bind(member.member_id, member.engine.circuit)  # type: ignore[attr-defined]
+            member.circuit_status = reporter
         if self.clustering and opts.offset_resets:
             member.resets = ResetReceiver(
                 member,

@@ -41,6 +41,9 @@ from adapter.core.message import MessageExt
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow
 from adapter.core.schedule import Placement
 
+#: a named tuple made without its generated ``__new__`` (one Python frame fewer a copy)
+_new_tuple = tuple.__new__
+
 
 class OutRecord(NamedTuple):
     """One record to produce: Kafka topic, body, key, headers, partition (``None``: the
@@ -117,7 +120,10 @@ def send_back(
             due_ms=now_ms + dest.delay_ms,
             failure=failure,
         )
-        return OutRecord(topics.level_topic(dest.level), msg.body, key, headers)
+        # OutRecord(topic, body, key, headers, None), made without the named tuple's
+        # generated ``__new__``: this is the copy of every failed message
+        topic = topics.level_topic(dest.level)
+        return _new_tuple(OutRecord, (topic, msg.body, key, headers, None))
     if isinstance(dest, RetryNow):
         headers = straight_retry_headers(msg, group=topics.group, failure=failure)
         return OutRecord(topics.retry_kafka, msg.body, key, headers)

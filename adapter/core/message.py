@@ -163,11 +163,13 @@ class MessageExt:
     ``store_timestamp`` is the timestamp of the record this delivery was read from.
 
     Built with keyword fields (tests, tools) or, by the consumers, as a view over a Kafka
-    record (:meth:`of_record`): a view stores four references and reads everything else
-    from the record, decoding headers only when an attribute needs them.
+    record (:meth:`of_record`): a view stores four references (and ``None`` for the headers
+    it has not decoded yet) and reads everything else from the record, decoding headers
+    only when an attribute needs them.
     """
 
     __slots__ = ("_hdr", "_rec", "_retry", "_stamp", "_topic")
+    _hdr: _Decoded | None  # ``None`` until a view's headers are first needed
 
     def __init__(
         self,
@@ -228,10 +230,11 @@ class MessageExt:
 
     # -- decoding --------------------------------------------------------------------------
     def _decoded(self) -> _Decoded:
-        try:
-            return self._hdr
-        except AttributeError:
-            pass
+        hdr = self._hdr
+        if hdr is not None:
+            return hdr
+        # a view starts with ``_hdr = None``: a ``None`` test, not a caught AttributeError
+        # (raising and catching one is dearer than the test, on every failed message)
         rec = self._rec
         headers = rec.headers()
         if headers:
@@ -447,6 +450,7 @@ def view_of(
     msg._topic = topic
     msg._retry = topic if retry else None
     msg._stamp = stamp
+    msg._hdr = None
     return msg
 
 
@@ -532,6 +536,7 @@ def split_fetch(
         msg._topic = logical
         msg._retry = retry
         msg._stamp = stamp
+        msg._hdr = None
         append(msg)
     if topic is not None:
         runs.append(FetchedRun((topic, partition), views, last))

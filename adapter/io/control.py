@@ -16,6 +16,10 @@ Member side — :class:`ControlChannel`, called from the consumer loop::
 CLI side — :func:`publish_reset` publishes a request and waits (bounded) for the
 acknowledgements of the members that own partitions of the topic.
 
+Circuit-breaker states (:mod:`adapter.core.circuit_status`) travel on the same topic: a
+member with a breaker publishes them with a :class:`StatusPublisher` (producer only, never
+blocking its loop), ``group progress`` reads them with :func:`read_statuses`.
+
 The record formats are in :mod:`adapter.core.control`.  The topic is compacted and keyed by
 the group; it is created (1 partition) by whichever side needs it first.
 """
@@ -31,6 +35,13 @@ from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 
 from adapter.core import naming
+from adapter.core.circuit_status import (
+    CircuitStatus,
+    decode_status,
+    encode_status,
+    is_status_key,
+    status_key,
+)
 from adapter.core.control import (
     CONTROL_TOPIC,
     ControlMessageError,
@@ -259,3 +270,88 @@ def publish_reset(
     finally:
         consumer.close()
     return acks
+
+
+class StatusPublisher:
+    """A member's publisher of its circuit-breaker status (see
+    :mod:`adapter.core.circuit_status`).  :meth:`publish` never blocks: the record is
+    queued and its delivery report served by the next call; a failed delivery is logged
+    (the next refresh publishes again).  :meth:`close` publishes a tombstone, so that
+    compaction forgets the member, and waits (bounded) for it."""
+
+    def __init__(self, config: Mapping[str, Any], group: str, member_id: str) -> None:
+        self.group = naming.check_group(group)
+        if not isinstance(member_id, str) or not member_id:
+            raise ConfigError("member_id", member_id, "must be the member's non-empty member id")
+        self.member_id = member_id
+        self._config = {k: v for k, v in config.items() if k not in _NOT_INHERITED}
+        self._key = status_key(group, member_id)
+        self._producer: Any = None
+        #: deliveries that failed (each logged)
+        self.failed = 0
+
+    def open(self) -> None:
+        """Create the producer (idempotent); creates ``rmq.control`` if it is missing."""
+        if self._producer is not None:
+            return
+        session = AdminSession(self._config, timeout_s=10.0, what="circuit status")
+        if not session.partitions(CONTROL_TOPIC, "publishing a circuit status"):
+            session.ensure_topic(
+                CONTROL_TOPIC,
+                CONTROL_TOPIC_PARTITIONS,
+                CONTROL_TOPIC_CONFIG,
+                "publishing a circuit status",
+            )
+        self._producer = _producer(session)
+
+    def publish(self, status: CircuitStatus) -> None:
+        self.open()
+        self._producer.produce(
+            CONTROL_TOPIC, key=self._key, value=encode_status(status), on_delivery=self._done
+        )
+        self._producer.poll(0)
+
+    def _done(self, err: Any, kmsg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+            log.warning(
+                "circuit status of %s: %s", self.group, send_error(err, kmsg, topic=CONTROL_TOPIC)
+            )
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Publish the tombstone and close (idempotent; bounded by ``timeout_s``)."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            producer.produce(CONTROL_TOPIC, key=self._key, value=None, on_delivery=self._done)
+        except Exception as exc:  # a full queue, a fatal producer: compaction is a nicety
+            log.debug("circuit status of %s: tombstone: %s", self.group, exc)
+        producer.flush(timeout_s)
+
+
+def read_statuses(
+    session: AdminSession, group: str, since_ms: int, what: str
+) -> list[CircuitStatus]:
+    """The circuit statuses of ``group``'s members published since ``since_ms`` (epoch ms),
+    up to the control topic's current end; none when the topic does not exist.  Malformed
+    records are skipped."""
+    partitions = session.partitions(CONTROL_TOPIC, what)
+    if not partitions:
+        return []
+    tps = [(CONTROL_TOPIC, p) for p in partitions]
+    ends = session.watermarks(tps, what, known_only=True)
+    starts = session.offsets_for_time(list(ends), since_ms, what)
+    ranges = {tp: (start, e.end) for tp, e in ends.items() if (start := starts.get(tp)) is not None}
+    out: list[CircuitStatus] = []
+
+    def visit(kmsg: Any) -> bool:
+        if kmsg.value() is not None and is_status_key(kmsg.key(), group):
+            try:
+                out.append(decode_status(kmsg.value()))
+            except ControlMessageError as exc:
+                log.debug("%s: skipping a malformed status record: %s", what, exc)
+        return False
+
+    session.read(ranges, visit, what=what)
+    return out

@@ -4,9 +4,11 @@ It owns the producer (created lazily from the client's one config dict, so secur
 settings pass through), produces :class:`~adapter.core.hops.OutRecord` s and reports each
 broker verdict to the client as ``on_result(token, error, local)``: ``error`` is ``None``
 when the broker acknowledged the record; ``local`` is true when the client refused it
-before sending (so the verdict is about this record alone).  Delivery reports run on the
-thread that calls :meth:`poll` or :meth:`flush` (the client's loop thread), never on a
-librdkafka thread.
+before sending (so the verdict is about this record alone).  A client that passes
+``on_delivered`` gets librdkafka's delivery reports as ``on_delivered(token, error, msg)``
+instead (``on_result`` then only hears of records refused before sending).  Delivery
+reports run on the thread that calls :meth:`poll` or :meth:`flush` (the client's loop
+thread), never on a librdkafka thread.
 
 A record sent *alone* goes through a second producer that puts every record in a batch of
 its own (``batch.num.messages=1``): the broker judges whole record batches, so a copy
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -33,6 +36,8 @@ log = logging.getLogger("adapter.publisher")
 
 #: ``on_result(token, error, local)``: see the module docstring.
 ResultCallback = Callable[[Any, Any, bool], None]
+#: ``on_delivered(token, error, message)``: librdkafka's delivery report, ``token`` first.
+DeliveryCallback = Callable[[Any, Any, Any], None]
 
 
 class Publisher:
@@ -50,6 +55,7 @@ class Publisher:
         defaults: Mapping[str, Any] | None = None,
         transactional_id: str | None = None,
         producer_factory: ProducerFactory = KafkaProducer,
+        on_delivered: DeliveryCallback | None = None,
     ) -> None:
         conf = producer_config(config)
         if errors is not None:
@@ -69,6 +75,9 @@ class Publisher:
         self.config = conf
         self.what = what
         self._on_result = on_result
+        #: the delivery callback of each record is this bound to its token (a partial, made
+        #: in C: no Python frame between librdkafka and the client), else a closure
+        self._on_delivered = on_delivered
         self._factory = producer_factory
         self._producer: Any = None
         self._alone: Any = None
@@ -104,11 +113,15 @@ class Publisher:
     def send(self, record: OutRecord, token: Any, *, alone: bool = False) -> None:
         """Produce ``record``; its verdict reaches ``on_result(token, ...)`` later (or now,
         when the client refuses it before sending)."""
-        producer = self._alone_producer() if alone else self.producer
+        producer = self._alone_producer() if alone else (self._producer or self.producer)
         on_result = self._on_result
+        on_delivery: Callable[[Any, Any], None]
+        if self._on_delivered is not None:
+            on_delivery = partial(self._on_delivered, token)
+        else:
 
-        def on_delivery(err: Any, _msg: Any) -> None:
-            on_result(token, err, False)
+            def on_delivery(err: Any, _msg: Any) -> None:
+                on_result(token, err, False)
 
         topic, value, key, headers, partition = record
         if partition is None:

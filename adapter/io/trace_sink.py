@@ -1,29 +1,40 @@
-"""The trace sink: consume-trace events, Avro-encoded, to a Kafka trace topic.
+"""The trace sink: consume-trace events, Avro-encoded and packed, to a Kafka trace topic.
 
 :class:`KafkaTraceSink` is what ``PushConsumer(..., trace_topic=...)`` and
 ``ScheduleService(..., trace_topic=...)`` create.  It is a thin idempotent confluent-kafka
 producer derived from the client's own config (so ``security.*``/``sasl.*``/``ssl.*`` pass
-through), lingering to batch.  Each event becomes one record:
+through), lingering to batch.  Like RocketMQ's trace dispatcher it packs many events into
+one record (``packed=True``, the default):
 
 * topic: the Kafka name of the logical trace topic (created if missing);
-* key: the message id (so a message's events stay in one partition, in order);
-* value: plain Avro binary of ``consume_trace.avsc`` (no prefix: Spark's ``from_avro``
-  reads it as is);
-* header ``RMQ_TRACE_SCHEMA``: the writer schema (``<full name>/<fingerprint>``).
+* value: plain Avro binary of ``consume_trace_batch.avsc`` -- an array of up to
+  ``max_events`` ``ConsumeTrace`` events, at most ``max_bytes`` of them (no prefix: Spark's
+  ``from_avro`` reads it as is, and ``decode_traces`` explodes the array);
+* key: none (packs spread over the partitions; one pack's events keep their order);
+* header ``RMQ_TRACE_SCHEMA``: the writer schema (``<full name>/<fingerprint>``), which is
+  how a reader tells a packed record from a single one.
 
-Calling the sink only appends the event to an in-memory queue (well under a microsecond, no
-lock): the consumer's poll loop, which emits most events, does no encoding and no
-``produce()``.  The sink's own thread drains the queue every few milliseconds (or as soon as
-:data:`_WAKE_AT` events wait), encodes each event with the writer compiled from the schema
-(:func:`~adapter.io.avro.trace_encoder`) and hands it to librdkafka, which batches
-(``linger.ms``) and compresses on its own threads; delivery reports (failures only) are
-served on the sink's thread too.
+With ``packed=False`` it writes the older layout, one ``consume_trace.avsc`` record per
+event keyed by the message id (for readers older than the packed format).
 
-It never raises into the consumer: an event that cannot be encoded or produced, or that
-finds the queue full (:data:`DEFAULT_MAX_QUEUED`), is counted in
-:attr:`KafkaTraceSink.dropped` and logged (rate-limited).  Tracing is best effort by design;
-it must not slow down or break consumption.  :meth:`KafkaTraceSink.flush` waits for the
-queue and the producer.
+The consume path does as little as it can.  Calling the sink appends the event to an
+in-memory queue (no lock); the consumer does not even build the event: it hands
+:meth:`defer` a :data:`~adapter.core.trace.Pending` tuple of what it holds (the message
+view, the outcome, the clock reading) and the sink's thread derives the event's fields
+(:func:`~adapter.core.trace.consumer_fields`: most are read from headers the untraced
+consumer never decodes).  That thread drains the queue every ``interval_s`` (or as soon as
+a pack's worth waits), encodes each event with the writer compiled from the schema
+(:func:`~adapter.io.avro.trace_encoder`), cuts the run into packs
+(:func:`~adapter.core.trace.plan_packs`) and produces one record per pack; librdkafka
+batches (``linger.ms``) and compresses on its own threads, and delivery reports (one per
+pack) are served on the sink's thread too.
+
+It never raises into the consumer and never blocks it: an event that cannot be derived,
+encoded or produced, that finds the queue full (``max_queued``, the trace topic being slow),
+or whose record is not delivered is counted in :attr:`KafkaTraceSink.dropped` and logged
+(rate-limited).  Tracing is best effort by design; it must not slow down or break
+consumption.  :meth:`KafkaTraceSink.flush` waits for the queue and the producer.  Every
+counter counts events, not records.
 """
 
 from __future__ import annotations
@@ -32,19 +43,40 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Final
 
 from confluent_kafka import Producer
 
 from adapter.core import naming
-from adapter.core.trace import TraceEvent
-from adapter.io.avro import TRACE_SCHEMA_HEADER, trace_encoder, trace_schema
+from adapter.core.trace import (
+    RUN,
+    Pending,
+    PendingRun,
+    TraceEvent,
+    consumer_fields,
+    plan_packs,
+    run_fields,
+)
+from adapter.io.avro import (
+    TRACE_SCHEMA_HEADER,
+    pack_traces,
+    trace_batch_schema,
+    trace_encoder,
+    trace_schema,
+)
 from adapter.io.config import check_kafka_config, producer_config
 from adapter.io.errors import make_client
 from adapter.io.topics import TopicPlan, ensure_topics
 
-__all__ = ["DEFAULT_MAX_QUEUED", "DEFAULT_TRACE_PARTITIONS", "KafkaTraceSink"]
+__all__ = [
+    "DEFAULT_MAX_PACK_BYTES",
+    "DEFAULT_MAX_PACK_EVENTS",
+    "DEFAULT_MAX_QUEUED",
+    "DEFAULT_TRACE_PARTITIONS",
+    "KafkaTraceSink",
+]
 
 log = logging.getLogger("adapter.trace")
 
@@ -53,10 +85,18 @@ DEFAULT_TRACE_PARTITIONS: Final = 3
 _LOG_EVERY_S: Final = 10.0
 #: Events the queue holds at most; beyond that new events are dropped (and counted).
 DEFAULT_MAX_QUEUED: Final = 100_000
-#: The sink's thread drains the queue at least this often ...
-_DRAIN_EVERY_S: Final = 0.01
-#: ... and at once when this many events wait.
-_WAKE_AT: Final = 1_000
+#: Events in one packed record at most ...
+DEFAULT_MAX_PACK_EVENTS: Final = 1_000
+#: ... and bytes of them (well under the broker's default ``message.max.bytes``, 1 MiB,
+#: before compression).
+DEFAULT_MAX_PACK_BYTES: Final = 256 * 1024
+#: The sink's thread drains the queue at least this often (the longest an event waits
+#: before its pack is produced, plus ``linger.ms``); at once when a pack's worth waits.
+DEFAULT_INTERVAL_S: Final = 0.05
+#: Events one drain takes at most (then packs are produced and the thread looks again).
+_DRAIN_MAX: Final = 10_000
+#: Where the message id sits in an event's fields (the key of an unpacked record).
+_MSG_ID: Final = TraceEvent._fields.index("msg_id")
 #: How long the sink's thread waits for librdkafka to make room in a full local queue.
 _ROOM_WAIT_S: Final = 0.05
 _TRACE_RETENTION_MS: Final = str(7 * 86_400_000)
@@ -70,7 +110,8 @@ _PRODUCER_DEFAULTS: Final[dict[str, Any]] = {
 
 
 class KafkaTraceSink:
-    """``sink(event)`` -> one Avro record on the trace topic.  Thread-safe."""
+    """``sink(event)`` / ``sink.defer(pending)`` -> packed Avro records on the trace topic.
+    Thread-safe."""
 
     def __init__(
         self,
@@ -80,8 +121,13 @@ class KafkaTraceSink:
         partitions: int = DEFAULT_TRACE_PARTITIONS,
         create_topic: bool = True,
         max_queued: int = DEFAULT_MAX_QUEUED,
+        packed: bool = True,
+        max_events: int = DEFAULT_MAX_PACK_EVENTS,
+        max_bytes: int = DEFAULT_MAX_PACK_BYTES,
+        interval_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         checked = check_kafka_config(config, "trace")
+        plan_packs((), max_events, max_bytes)  # validates both (raises ConfigError)
         self.topic = topic
         self.kafka_topic = naming.to_kafka(topic)
         if create_topic:
@@ -97,23 +143,32 @@ class KafkaTraceSink:
         for key, value in _PRODUCER_DEFAULTS.items():
             conf.setdefault(key, value)
         conf["enable.idempotence"] = True
-        # a delivery report per record would cost a Python callback per event: only failures
-        # are reported (and counted)
-        conf["delivery.report.only.error"] = True
+        # single records: a delivery report per record would cost a Python callback per
+        # event, so only failures are reported; packs: one report per pack (cheap), which
+        # keeps ``delivered`` exact while records are in flight
+        conf["delivery.report.only.error"] = not packed
         conf["on_delivery"] = self._on_delivery
         conf["client.id"] = f"{conf['client.id']}-trace" if conf.get("client.id") else "rmq-trace"
         self._producer: Any = make_client(Producer, conf, what="trace producer")
-        self._headers = [(TRACE_SCHEMA_HEADER, trace_schema().tag.encode())]
+        schema = trace_batch_schema() if packed else trace_schema()
+        self._headers = [(TRACE_SCHEMA_HEADER, schema.tag.encode())]
+        self.packed = packed
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._interval_s = interval_s
         self._max_queued = max_queued
-        self._queue: deque[TraceEvent] = deque()
+        self._queue: deque[TraceEvent | Pending | PendingRun] = deque()
         self._wake = threading.Event()
         self._drained = threading.Condition()
         self._busy = False  # the sink's thread is between taking events and producing them
+        self._flushing = 0  # flush()/close() calls waiting: the thread produces every event
         self._lock = threading.Lock()
         self._closed = False  # no more events accepted
         self._stopping = False  # the sink's thread ends once the queue is empty
-        self.sent = 0  # handed to the producer
-        self.dropped = 0  # not queued, not encoded, not produced, or not delivered
+        self.sent = 0  # events handed to the producer
+        self.records = 0  # records handed to the producer (packs, or events when unpacked)
+        self.dropped = 0  # events not queued, not encoded, not produced, or not delivered
+        self._acked = 0  # events in packs the broker acknowledged
         self._undelivered = 0
         self._last_log = 0.0
         self._thread = threading.Thread(
@@ -123,7 +178,9 @@ class KafkaTraceSink:
 
     @property
     def delivered(self) -> int:
-        """Records the broker acknowledged (exact once flushed or closed)."""
+        """Events the broker acknowledged (exact once flushed or closed)."""
+        if self.packed:
+            return self._acked
         producer = self._producer
         in_flight = len(producer) if producer is not None else 0
         return self.sent - self._undelivered - in_flight
@@ -135,15 +192,26 @@ class KafkaTraceSink:
 
     # -- the sink (called on the consumer's threads) ---------------------------------------
     def __call__(self, event: TraceEvent) -> None:
+        """Queue one event (built by the caller: the ScheduleService, tools, tests)."""
+        self._put(event)
+
+    def defer(self, pending: Pending | PendingRun) -> None:
+        """Queue one consumer outcome, or the successes of one listener batch; the sink's
+        thread derives their events (:func:`~adapter.core.trace.consumer_fields`,
+        :func:`~adapter.core.trace.run_fields`).  The consumer's hot path.  (A batch counts
+        as one item against ``max_queued``.)"""
+        self._put(pending)
+
+    def _put(self, item: TraceEvent | Pending | PendingRun) -> None:
         if self._closed:
             return
         queue = self._queue
         n = len(queue)
         if n >= self._max_queued:
-            self._drop(f"trace queue full ({n} events): event for {event.msg_id} dropped")
+            self._drop(f"trace queue full ({n} events): an event was dropped")
             return
-        queue.append(event)  # deque.append is atomic: no lock on the hot path
-        if n >= _WAKE_AT and not self._wake.is_set():
+        queue.append(item)  # deque.append is atomic: no lock on the hot path
+        if n >= self._max_events and not self._wake.is_set():
             self._wake.set()
 
     # -- the sink's thread -----------------------------------------------------------------
@@ -151,12 +219,24 @@ class KafkaTraceSink:
         producer = self._producer
         queue = self._queue
         while True:
-            self._wake.wait(_DRAIN_EVERY_S)
+            woken = self._wake.wait(self._interval_s)
             self._wake.clear()
+            # woken by a pack's worth of events: produce full packs only (the rest waits for
+            # the next pack or the interval); on the interval, flush() or close(): all
+            everything = not woken or self._flushing > 0 or self._stopping
             self._busy = True
             try:
-                self._drain(producer, queue)
-                producer.poll(0)  # failure reports, error and statistics callbacks
+                while queue:
+                    take = (
+                        len(queue)
+                        if everything
+                        else len(queue) // self._max_events * self._max_events
+                    )
+                    if not take:
+                        break
+                    self._drain(producer, queue, take)
+                    producer.poll(0)  # delivery reports, error and statistics callbacks
+                producer.poll(0)
             except Exception:  # never let the thread die
                 log.exception("trace sink thread")
             finally:
@@ -166,45 +246,95 @@ class KafkaTraceSink:
             if self._stopping and not queue:
                 return
 
-    def _drain(self, producer: Any, queue: deque[TraceEvent]) -> None:
-        """Encode and produce every queued event (the hot loop: locals only)."""
-        produce, popleft, encode = producer.produce, queue.popleft, trace_encoder()
-        topic, headers = self.kafka_topic, self._headers
-        sent = 0
-        try:
-            while queue:
-                event = popleft()
-                try:
-                    value = encode(event)
-                    key = event.msg_id.encode("utf-8", "surrogatepass")
-                except Exception as exc:
-                    self._drop(f"trace event for {event.msg_id!r} not encoded: {exc!r}")
-                    continue
-                try:
-                    produce(topic, value, key, headers=headers)
-                    sent += 1
-                except BufferError:
-                    sent += self._produce_when_room(producer, event, value, key)
-                except Exception as exc:
-                    self._drop(f"trace event for {event.msg_id} not sent: {exc!r}")
-        finally:
-            self.sent += sent  # only this thread writes it
-
-    def _produce_when_room(self, producer: Any, event: TraceEvent, value: bytes, key: bytes) -> int:
-        """librdkafka's local queue is full: wait a little for room (this thread only)."""
-        deadline = time.monotonic() + 10 * _ROOM_WAIT_S
-        while time.monotonic() < deadline:
-            producer.poll(_ROOM_WAIT_S)
+    def _encode_drained(
+        self, queue: deque[TraceEvent | Pending | PendingRun], take: int
+    ) -> tuple[list[bytes], list[str]]:
+        """Take up to ``take`` (at most :data:`_DRAIN_MAX`) queued items; their encodings
+        (and message ids)."""
+        popleft, encode, event_type = queue.popleft, trace_encoder(), TraceEvent
+        values: list[bytes] = []
+        ids: list[str] = []
+        for _ in range(min(take, _DRAIN_MAX)):
+            item = popleft()
             try:
-                producer.produce(self.kafka_topic, value, key, headers=self._headers)
-                return 1
+                if isinstance(item, event_type):
+                    rows: Any = (item,)
+                elif item[0] is RUN:  # the successes of a listener batch
+                    rows = run_fields(item)  # type: ignore[arg-type]
+                else:  # one deferred consumer outcome
+                    rows = (consumer_fields(item),)  # type: ignore[arg-type]
+            except Exception as exc:
+                lost = len(item[4]) if item[0] is RUN else 1  # type: ignore[arg-type]
+                self._drop(f"trace event(s) not derived: {exc!r}", lost)
+                continue
+            for fields in rows:  # an event's fields, in its order
+                try:
+                    values.append(encode(fields))
+                    ids.append(fields[_MSG_ID])
+                except Exception as exc:
+                    self._drop(f"trace event not encoded: {exc!r}")
+        return values, ids
+
+    def _drain(
+        self, producer: Any, queue: deque[TraceEvent | Pending | PendingRun], take: int
+    ) -> None:
+        """Encode ``take`` queued events and produce them, packed or one by one (this
+        thread only)."""
+        values, ids = self._encode_drained(queue, take)
+        if not values:
+            return
+        topic = self.kafka_topic
+        if not self.packed:
+            for value, msg_id in zip(values, ids, strict=True):
+                self._produce(producer, topic, value, msg_id.encode("utf-8", "surrogatepass"), 1)
+            return
+        start = 0
+        for end in plan_packs([len(v) for v in values], self._max_events, self._max_bytes):
+            n = end - start
+            value = pack_traces(values[start:end])
+            self._produce(producer, topic, value, None, n, on_delivery=partial(self._on_pack, n))
+            start = end
+
+    def _produce(
+        self,
+        producer: Any,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        n: int,
+        *,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> None:
+        """One record of ``n`` events; librdkafka's queue full: wait a little for room."""
+        kwargs: dict[str, Any] = {"headers": self._headers}
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        deadline = time.monotonic() + 10 * _ROOM_WAIT_S
+        while True:
+            try:
+                producer.produce(topic, value, key, **kwargs)
             except BufferError:
+                if time.monotonic() >= deadline:
+                    self._drop(f"trace producer queue full: {n} event(s) dropped", n)
+                    return
+                producer.poll(_ROOM_WAIT_S)
                 continue
             except Exception as exc:
-                self._drop(f"trace event for {event.msg_id} not sent: {exc!r}")
-                return 0
-        self._drop(f"trace producer queue full: event for {event.msg_id} dropped")
-        return 0
+                self._drop(f"trace record of {n} event(s) not sent: {exc!r}", n)
+                return
+            self.sent += n  # only this thread writes it
+            self.records += 1
+            return
+
+    def _on_pack(self, n: int, err: Any, _msg: Any) -> None:
+        # served by the sink's thread, or by the thread in flush()/close()
+        if err is None:
+            with self._lock:
+                self._acked += n
+        else:
+            with self._lock:
+                self._undelivered += n
+            self._drop(f"trace record of {n} event(s) not delivered to {self.topic}: {err}", n)
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -220,11 +350,20 @@ class KafkaTraceSink:
                 return
             self._last_log = now
             dropped = self.dropped
-        log.warning("%s (%d trace record(s) dropped so far)", why, dropped)
+        log.warning("%s (%d trace event(s) dropped so far)", why, dropped)
 
     # -- lifecycle -------------------------------------------------------------------------
     def _wait_drained(self, deadline: float) -> bool:
         """Wait until the sink's thread has produced every queued event (or ``deadline``)."""
+        with self._lock:
+            self._flushing += 1
+        try:
+            return self._wait_until_drained(deadline)
+        finally:
+            with self._lock:
+                self._flushing -= 1
+
+    def _wait_until_drained(self, deadline: float) -> bool:
         with self._drained:
             while self._queue or self._busy:
                 left = deadline - time.monotonic()
@@ -243,7 +382,14 @@ class KafkaTraceSink:
         deadline = time.monotonic() + timeout_s
         self._wait_drained(deadline)
         remaining: int = producer.flush(max(0.0, deadline - time.monotonic()))
-        return remaining + len(self._queue)
+        return self._in_flight(remaining) + len(self._queue)
+
+    def _in_flight(self, records: int) -> int:
+        """Events in the producer's ``records`` (packs: counted by their delivery reports)."""
+        if not self.packed or not records:
+            return records
+        with self._lock:
+            return max(0, self.sent - self._acked - self._undelivered)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Produce what is queued, flush, stop the sink's thread and release the producer
@@ -258,7 +404,9 @@ class KafkaTraceSink:
         self._wake.set()
         self._thread.join(max(0.0, deadline - time.monotonic()))
         try:
-            in_producer = int(producer.flush(max(0.0, deadline - time.monotonic())))
+            in_producer = self._in_flight(
+                int(producer.flush(max(0.0, deadline - time.monotonic())))
+            )
         except Exception:
             log.exception("trace producer flush failed")
             in_producer = 0
@@ -269,7 +417,7 @@ class KafkaTraceSink:
             self._undelivered += in_producer
         if never_produced or in_producer:
             log.warning(
-                "%d trace record(s) for %s not delivered within %.0fs",
+                "%d trace event(s) for %s not delivered within %.0fs",
                 never_produced + in_producer,
                 self.topic,
                 timeout_s,

@@ -9,6 +9,7 @@ functions of :mod:`adapter.core.views`, :mod:`adapter.ops.journey` and
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from adapter.constants import (
     NAMESPACE_SEPARATOR,
 )
 from adapter.core import naming
+from adapter.core.circuit_status import LOOKBACK_S, MemberCircuit, latest_statuses
 from adapter.core.codec import logical_topic
 from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
@@ -43,9 +45,9 @@ from adapter.core.views import (
     reset_offsets,
     subscribed_topics,
 )
-from adapter.errors import InvalidInputError, KafkaClientError, TopicNameError
+from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
 from adapter.io.admin import AdminSession, Ends, head_records, record_of
-from adapter.io.control import publish_reset
+from adapter.io.control import publish_reset, read_statuses
 from adapter.ops.errors import (
     GroupLiveError,
     GroupNotFoundError,
@@ -54,6 +56,8 @@ from adapter.ops.errors import (
 )
 from adapter.ops.journey import Matcher, SearchResult, journeys
 from adapter.ops.progress import ProgressCallback
+
+log = logging.getLogger("adapter.ops")
 
 #: A partition whose lag is at most this is read once to see whether anything but
 #: transaction markers is left (exactly-once forwarding leaves a marker after the last record).
@@ -154,7 +158,23 @@ def group_progress(
         heads,
         dlq,
         health=health,
+        circuits=_circuits(session, info, what),
     )
+
+
+def _circuits(session: AdminSession, info: GroupInfo, what: str) -> dict[str, MemberCircuit]:
+    """The circuit-breaker state each live member published on the control topic (members
+    without a breaker publish none).  The control topic unreadable (an ACL that leaves it
+    out): none, said in the log; the rest of the progress stands."""
+    if not info.members:
+        return {}
+    now = _now_ms()
+    try:
+        statuses = read_statuses(session, info.group, now - int(LOOKBACK_S * 1000), what)
+    except AdapterError as exc:
+        log.warning("%s: circuit states not read from the control topic: %s", what, exc)
+        return {}
+    return latest_statuses(statuses, [m.member_id for m in info.members], info.group, now)
 
 
 # --- offset reset ----------------------------------------------------------------------------

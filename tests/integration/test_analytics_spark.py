@@ -30,6 +30,7 @@ import fastavro
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from adapter.analytics import transforms
 from adapter.analytics.jars import SparkAuthenticationError, spark_jars
 from adapter.analytics.jobs import (
     StreamJobOptions,
@@ -424,13 +425,14 @@ def test_sasl_settings_reach_the_sink_and_spark(
             + _ev(1, t0 + 5 * MINUTE, TraceStatus.SUCCESS),  # moves the watermark past t0
         )
         raw = trace_source(spark, config, topic, streaming=False)
-        assert raw.count() == 10
+        assert raw.count() == 1  # the ten events went out packed in one record
+        assert transforms.decode_traces(raw).count() == 10
         opts = StreamJobOptions(
             output=str(tmp_path / "out"), trace_topic=topic, watermark="10 seconds",
             available_now=True,
         )  # fmt: skip
         progress = run_consume_metrics(spark, config, opts)
-        assert progress[0]["input_rows"] == 10
+        assert progress[0]["input_rows"] == 1  # Kafka records: one pack
         rows = read_metrics(spark, str(tmp_path / "out")).collect()
         assert [(r.group, r.topic, r.consumed, r.succeeded, r.retried) for r in rows] == [
             ("g", "orders", 9, 7, 2)
@@ -453,3 +455,63 @@ def test_sasl_settings_reach_the_sink_and_spark(
         assert time.monotonic() - started < 60
     finally:
         broker.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# packed and single trace records
+# --------------------------------------------------------------------------------------------
+
+
+def _mixed_events(t0: int) -> list[TraceEvent]:
+    """Outcomes over three one-minute windows, two groups, retries and dead letters."""
+    uid = _uid()
+    statuses = [TraceStatus.SUCCESS] * 5 + [TraceStatus.RETRY] * 2 + [TraceStatus.DLQ]
+    return [
+        TraceEvent(t0 + i * 450, "consumer", f"g{i % 2}", f"orders-{i % 3}", i % 2, i,
+                   f"{uid}-{i}", f"{uid}-{i // 3}", statuses[i % len(statuses)], i % 3,
+                   tags="T", consume_rt_ms=0.5 + i % 4, born_timestamp_ms=t0 - 1_000,
+                   consume_timestamp_ms=t0 + i * 450 - 5)
+        for i in range(400)
+    ]  # fmt: skip
+
+
+def test_packed_and_single_records_give_the_same_metrics(
+    spark: SparkSession, kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """The same events on a topic of single records (what sinks wrote before packing), one
+    of packed records, and one holding both kinds: the consume-metrics job's output is the
+    same."""
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    t0 = (int(time.time() * 1000) // MINUTE - 30) * MINUTE
+    events = _mixed_events(t0)
+    tick = TraceEvent(t0 + 60 * MINUTE, "consumer", "__tick__", "__tick__", 0, 0, "tick",
+                      "tick", TraceStatus.SUCCESS, 0)  # fmt: skip
+    layouts = {
+        "single": [(False, [*events, tick])],
+        "packed": [(True, [*events, tick])],
+        "both": [(False, events[:150]), (True, [*events[150:], tick])],
+    }
+    outputs = {}
+    for name, parts in layouts.items():
+        topic = f"trace-{name}-{_uid()}"
+        for packed, chunk in parts:
+            # packs of at most 37 events: many packed records, cut mid-window
+            with KafkaTraceSink(config, topic, packed=packed, max_events=37) as sink:
+                for e in chunk:
+                    sink(e)
+                assert sink.flush(10) == 0
+            assert sink.delivered == len(chunk)
+        opts = StreamJobOptions(
+            output=str(tmp_path / name),
+            trace_topic=topic,
+            window="1 minute",
+            watermark="10 seconds",
+            available_now=True,
+        )
+        run_consume_metrics(spark, config, opts)
+        rows = read_metrics(spark, opts.output or "").collect()
+        outputs[name] = sorted((r.asDict(recursive=True) for r in rows), key=repr)
+    assert len(outputs["single"]) >= 6  # 2 groups x 3 windows at least, per topic
+    assert sum(r["consumed"] for r in outputs["single"]) == len(events)
+    assert outputs["packed"] == outputs["single"]
+    assert outputs["both"] == outputs["single"]

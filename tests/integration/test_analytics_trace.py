@@ -1,5 +1,6 @@
-"""KafkaTraceSink against a real broker: Avro records a plain consumer (and Spark) can read,
-keyed by message id, tagged with the writer schema; it never raises into the caller."""
+"""KafkaTraceSink against a real broker: packed Avro records (or, unpacked, one per event keyed
+by message id) a plain consumer (and Spark) can read, tagged with the writer schema; it never
+raises into the caller and never blocks it (a full queue drops and counts)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from confluent_kafka import Consumer
 
 from adapter.core import naming
 from adapter.core.trace import TraceEvent, TraceStatus
-from adapter.io.avro import TRACE_SCHEMA_HEADER, decode_trace, trace_schema
+from adapter.io.avro import (
+    TRACE_SCHEMA_HEADER,
+    decode_trace,
+    decode_trace_records,
+    trace_batch_schema,
+    trace_schema,
+)
 from adapter.io.trace_sink import KafkaTraceSink
 
 pytestmark = pytest.mark.integration
@@ -40,7 +47,55 @@ def _read_all(bootstrap: str, kafka_topic: str, n: int, timeout: float = 30.0) -
     return out
 
 
-def test_events_reach_the_trace_topic(kafka_bootstrap_servers: str) -> None:
+def _events(n: int) -> list[TraceEvent]:
+    return [
+        TraceEvent(1000 + i, "consumer", "g", "orders", i % 3, i, f"id-{i}", f"id-{i}",
+                   TraceStatus.SUCCESS, 0, keys=f"k-{i}", consume_rt_ms=0.5)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_events_are_packed_and_read_back_equal(kafka_bootstrap_servers: str) -> None:
+    logical = f"trace-{uuid.uuid4().hex[:8]}"
+    events = _events(250)
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    # a long interval: nothing is produced until flush(), so the caps alone cut the packs
+    with KafkaTraceSink(config, logical, max_events=100, interval_s=60) as sink:
+        for e in events:
+            sink(e)
+        assert sink.flush(10) == 0
+    assert sink.sent == sink.delivered == 250 and sink.dropped == 0
+    assert sink.records == 3
+    msgs = _read_all(kafka_bootstrap_servers, sink.kafka_topic, 3)
+    assert len(msgs) == 3
+    packs = []
+    for m in msgs:
+        tag = dict(m.headers())[TRACE_SCHEMA_HEADER].decode()
+        assert tag == trace_batch_schema().tag and m.key() is None
+        packs.append(decode_trace_records(m.value(), tag))
+    packs.sort(key=lambda pack: pack[0]["offset"])  # packs may sit in different partitions
+    assert [len(p) for p in packs] == [100, 100, 50]
+    assert [r for pack in packs for r in pack] == [e.to_record() for e in events]
+
+
+def test_a_full_queue_drops_and_counts_without_blocking(kafka_bootstrap_servers: str) -> None:
+    logical = f"trace-{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    with KafkaTraceSink(config, logical, max_queued=10, interval_s=60) as sink:
+        t0 = time.monotonic()
+        for e in _events(25):
+            sink(e)
+        assert time.monotonic() - t0 < 1.0
+        assert sink.queued == 10 and sink.dropped == 15
+        assert sink.flush(10) == 0
+        assert sink.delivered == 10 and sink.dropped == 15
+    msgs = _read_all(kafka_bootstrap_servers, sink.kafka_topic, 1)
+    assert [
+        r["msg_id"] for r in decode_trace_records(msgs[0].value(), trace_batch_schema().tag)
+    ] == [f"id-{i}" for i in range(10)]
+
+
+def test_unpacked_events_reach_the_trace_topic(kafka_bootstrap_servers: str) -> None:
     logical = f"trace-{uuid.uuid4().hex[:8]}"
     config = {
         "bootstrap.servers": kafka_bootstrap_servers,
@@ -53,7 +108,7 @@ def test_events_reach_the_trace_topic(kafka_bootstrap_servers: str) -> None:
                    TraceStatus.RETRY, i, delay_level=3 + i, tags="T")
         for i in range(20)
     ]  # fmt: skip
-    with KafkaTraceSink(config, logical, partitions=2) as sink:
+    with KafkaTraceSink(config, logical, partitions=2, packed=False) as sink:
         assert sink.kafka_topic == naming.to_kafka(logical)
         for e in events:
             sink(e)
@@ -75,8 +130,9 @@ def test_sink_never_raises(kafka_bootstrap_servers: str) -> None:
     sink = KafkaTraceSink({"bootstrap.servers": kafka_bootstrap_servers}, f"t-{uuid.uuid4().hex}")
     bad: Any = TraceEvent(1, "consumer", "g", "t", 0, 0, None, "m", TraceStatus.SUCCESS, 0)  # type: ignore[arg-type]
     sink(bad)  # cannot be encoded: counted (by the sink's thread), logged, not raised
+    sink.defer(("g", 1, None, TraceStatus.SUCCESS, None, None, None, None))  # type: ignore[arg-type]
     assert sink.flush(10) == 0
-    assert sink.dropped == 1 and sink.sent == 0
+    assert sink.dropped == 2 and sink.sent == 0
     sink.close()
     sink(TraceEvent(1, "consumer", "g", "t", 0, 0, "m", "m", TraceStatus.SUCCESS, 0))
     assert sink.sent == 0  # closed: ignored

@@ -192,6 +192,28 @@ def test_decode_resolves_each_writer_schema(
     assert "host" not in transforms.decode_traces(df).columns
 
 
+def test_decode_explodes_packed_records_beside_single_ones(spark: SparkSession) -> None:
+    """A topic holding single records (older sinks) and packed ones: one row per event,
+    the same rows as if every event had its own record."""
+    events = [consume(i, S.SUCCESS if i % 3 else S.RETRY, i % 2, at=i) for i in range(1, 8)]
+    packed_tag = schemas.trace_batch_schema().tag
+    values = [
+        encode_trace(events[0]),
+        schemas.pack_traces([encode_trace(e) for e in events[1:4]]),
+        schemas.pack_traces([]),  # an empty pack: no rows
+        encode_trace(events[4]),
+        schemas.pack_traces([encode_trace(e) for e in events[5:]]),
+    ]
+    tags = [TAG, packed_tag, packed_tag, TAG, packed_tag]
+    df = raw(spark, values, [[(TRACE_SCHEMA_HEADER, t.encode())] for t in tags])
+    fields = list(trace_schema().field_names)
+    got = transforms.decode_traces(df)
+    single = transforms.decode_traces(raw(spark, [encode_trace(e) for e in events]))
+    assertDataFrameEqual(got.select(*fields), single.select(*fields))
+    assert [r.kafka_offset for r in got.orderBy("msg_id").collect()] == [0, 1, 1, 1, 3, 4, 4]
+    assert transforms.decode_traces(df, keep_malformed=True).count() == 8  # + the empty pack
+
+
 # --- consume metrics --------------------------------------------------------------------------
 
 

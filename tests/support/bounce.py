@@ -347,6 +347,7 @@ class Workload:
             float(lateness[min(len(lateness) - 1, int(len(lateness) * 0.99))]) if lateness else 0.0
         )
         stats = self.service.stats
+        extra = self._diagnose(lost) if lost else {}
         return Report(
             sent=len(sent) + sum(sent_keyed.values()) + len(self.sent_simple),
             send_failures=list(self.send_failures),
@@ -361,7 +362,40 @@ class Workload:
             forwarded=stats.forwarded,
             aborted_transactions=stats.transactions_aborted,
             bounce_s=bounce_s,
+            extra=extra,
         )
+
+    def _diagnose(self, lost: list[str]) -> dict[str, Any]:
+        """Where the lost ids are: on the retry topic or not, what the group committed
+        there, and what the push consumer says about its partitions."""
+        from adapter.io.admin import AdminSession
+        from tests.support.consumer_helpers import read_topic
+
+        retry = naming.to_kafka(naming.retry_topic(self.group))
+        on_retry = Counter(
+            r.value.decode() for r in read_topic(self.conf, retry, timeout=60) if r.value
+        )
+        out: dict[str, Any] = {
+            "lost_on_retry_topic": sum(1 for i in lost if on_retry[i]),
+            "retry_records": sum(on_retry.values()),
+            "push_info": self.push.running_info(),
+            "push_stats": {t: vars(st) for t, st in self.push.stats().items()},
+            "service": {
+                k: getattr(self.service.stats, k)
+                for k in ("forwarded", "reparked", "invalid", "send_failures", "pauses")
+            },
+            "service_info": self.service.running_info(),
+        }
+        with contextlib.suppress(Exception):
+            session = AdminSession(self.conf)
+            out["committed"] = {
+                f"{t}[{p}]": o for (t, p), o in session.committed(self.group).items()
+            }
+            out["retry_ends"] = {
+                f"[{p}]": session.watermarks([(retry, p)], "ends")
+                for p in range(PARTITIONS)
+            }
+        return out
 
     def _resume_simple_receiver(self) -> None:
         """After stop_sending the receiver thread is gone: drain what is left here."""

@@ -191,7 +191,7 @@ def test_unknown_writer_schema_is_refused() -> None:
         decode_trace(encode_trace(MINIMAL), "io.rmqkafka.trace.ConsumeTrace/0000000000000000")
 
 
-@pytest.mark.parametrize("name", ["consume_trace", "dlq_export"])
+@pytest.mark.parametrize("name", ["consume_trace", "consume_trace_batch", "dlq_export"])
 def test_repository_copy_is_identical(name: str) -> None:
     """schemas/ (the contract) and the copy shipped in the package never drift apart."""
     shipped = Path(schemas.__file__).parent / "schemas" / f"{name}.avsc"

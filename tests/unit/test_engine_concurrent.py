@@ -457,6 +457,24 @@ class TestFlowControl:
         assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]  # no allowance for bytes
         assert of(Pause, eng.tick(0.0))
 
+    def test_a_held_message_and_its_bytes_are_let_go_when_its_copy_is_acknowledged(
+        self,
+    ) -> None:
+        eng = engine(batch_size=2, flow=FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6))
+        work = eng.fetched(TP, [Msg(0, body=b"y" * 20), Msg(1, body=b"z" * 20)], end=2, nbytes=40)
+        assert work is not None
+        backs = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 2), 0.0)], 0.0))
+        assert [b.msg.queue_offset for b in backs] == [0, 1]
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]  # 40 bytes held, over 15
+        eng.published(backs[1])
+        assert eng.in_flight(TP) == 1 and eng.committable(TP) == 0  # offset 0 still held
+        eng.published(backs[0])
+        eng.published(backs[0])  # a second report of the same copy changes nothing
+        assert eng.in_flight(TP) == 0 and eng.committable(TP) == 2
+        actions = eng.tick(0.0)
+        assert of(Hurry, actions) == [] and of(Pause, actions) == []
+        assert of(StoreOffsets, actions) == [StoreOffsets(((TP, 2),))]
+
 
 # --- the invariant ------------------------------------------------------------------------
 _events = st.lists(

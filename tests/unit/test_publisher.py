@@ -98,3 +98,24 @@ def test_replace_producer_purges_the_old_one() -> None:
     assert fresh is new
     assert old.pending == []
     assert publisher.in_flight() == 0
+
+
+def test_with_on_delivered_the_delivery_reports_go_there_and_local_refusals_to_on_result() -> None:
+    delivered: list[tuple[Any, Any]] = []
+    publisher, _, results = _publisher(
+        on_delivered=lambda token, err, _msg: delivered.append((token, err))
+    )
+    publisher.send(RECORD, "acked")
+    assert delivered == []  # verdicts arrive on poll, on the caller's thread
+    publisher.poll(0)
+    publisher.producer.verdict = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    publisher.send(RECORD, "refused by the broker")
+    publisher.producer.refuse = [KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC))]
+    publisher.send(RECORD, "refused before sending")
+    publisher.poll(0)
+    assert [(token, err if err is None else err.code()) for token, err in delivered] == [
+        ("acked", None),
+        ("refused by the broker", KafkaError.MSG_SIZE_TOO_LARGE),
+    ]
+    [(token, err, local)] = results
+    assert (token, err.code(), local) == ("refused before sending", KafkaError._UNKNOWN_TOPIC, True)

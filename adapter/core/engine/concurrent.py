@@ -62,6 +62,8 @@ from adapter.core.routing import DeadLetter, DeadLetterReason, Destination, rout
 from adapter.core.types import TP
 
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
+#: a named tuple made without its generated ``__new__`` (a Python frame per failed message)
+new_tuple: Any = tuple.__new__
 
 #: How many times its count and span limits a partition may reach while what holds its
 #: committable offset is a copy awaiting the broker's verdict (see ``docs/semantics.md``).
@@ -212,16 +214,22 @@ class ConcurrentEngine:
         tp, generation, home = part.tp, part.generation, work.home
         # the messages of a batch mostly share their count and limit: route each pair once
         routes: dict[tuple[int, int | None], Destination] = {}
-        for i in outcome.failed:
-            msg = batch[i]
-            info = TraceInfo(size, i, ack_index, rt_ms)
-            if not opts.clustering:
+        append = actions.append
+        if not opts.clustering:
+            for i in outcome.failed:
+                msg = batch[i]
                 if origin is None:
                     part.count -= 1
                 else:
                     self._settle(part, origin, msg)
-                actions.append(Dropped(tp, msg, failure, info))
-                continue
+                append(Dropped(tp, msg, failure, TraceInfo(size, i, ack_index, rt_ms)))
+            return actions
+        pending = home.pending
+        if pending is None:
+            pending = home.pending = {}
+        added = 0  # bytes of messages held from now on (a run's own bytes are let go)
+        for i in outcome.failed:
+            msg = batch[i]
             times, limit = msg.reconsume_times, msg.max_reconsume_times
             dest = routes.get((times, limit))
             if dest is None:
@@ -232,12 +240,14 @@ class ConcurrentEngine:
                     levels=opts.levels,
                     message_max_reconsume_times=limit,
                 )
+            info = new_tuple(TraceInfo, (size, i, ack_index, rt_ms))  # TraceInfo(...)
             action = SendBack(tp, generation, home, msg, dest, failure, info)
             offset = msg.queue_offset
-            if home.holder(offset) is None:
-                part.nbytes += len(msg.body)
-            home.hold(offset, action)
-            actions.append(action)
+            if offset not in pending:
+                added += len(msg.body)
+            pending[offset] = action  # Work.hold, inline: one per failed message
+            append(action)
+        part.nbytes += added
         return actions
 
     def _settle(self, part: PartitionState, home: Work, msg: Any) -> None:
@@ -260,12 +270,19 @@ class ConcurrentEngine:
 
     # -- publishing ------------------------------------------------------------------------
     def published(self, action: SendBack) -> None:
-        """The broker acknowledged ``action``'s copy: the message is settled."""
+        """The broker acknowledged ``action``'s copy: the message is settled (``_settle``,
+        inline: one call per copy)."""
         part = self._parts.get(action.tp)
         if part is None or part.generation != action.generation:
             return
-        if action.work.holder(action.msg.queue_offset) is action:
-            self._settle(part, action.work, action.msg)
+        pending = action.work.pending
+        msg = action.msg
+        offset = msg.queue_offset
+        if pending is not None and pending.get(offset) is action:
+            del pending[offset]
+            part.count -= 1
+            part.nbytes -= len(msg.body)
+            self._dirty.add(part.tp)
 
     def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
         """The broker refused ``action``'s copy (``refusal`` says how): the next step."""

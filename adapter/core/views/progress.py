@@ -4,9 +4,10 @@ and the report in text and JSON."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.core.circuit_status import MemberCircuit
 from adapter.core.codec import logical_topic
 from adapter.core.types import TP
 from adapter.core.views.cluster import GroupInfo, Logical, Member, assignment_text, topic_order
@@ -109,6 +110,8 @@ class GroupProgress:
     info: GroupInfo
     partitions: tuple[PartitionProgress, ...]
     dlq: DlqSize
+    #: member id → its circuit breaker's latest published state (members with a breaker)
+    circuits: Mapping[str, MemberCircuit] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
@@ -130,7 +133,10 @@ class GroupProgress:
         return {
             "group": self.info.group,
             "state": self.info.state,
-            "members": [m.to_json() for m in self.info.members],
+            "members": [
+                {**m.to_json(), "circuit": _circuit_json(self.circuits.get(m.member_id))}
+                for m in self.info.members
+            ],
             "partitions": [p.to_json() for p in self.partitions],
             "lag": self.lag,
             "dlq": self.dlq.to_json(),
@@ -141,6 +147,9 @@ class GroupProgress:
         lines = [f"group {info.group}  state {info.state}  members {len(info.members)}"]
         for m in info.members:
             lines.append(f"  member {m.label}  {assignment_text(m.assignment)}  ({m.member_id})")
+            circuit = self.circuits.get(m.member_id)
+            if circuit is not None:
+                lines.append(f"    {circuit.text()}")
         rows = [
             (
                 f"{p.topic}[{p.partition}]",
@@ -170,6 +179,10 @@ class GroupProgress:
         return lines
 
 
+def _circuit_json(circuit: MemberCircuit | None) -> dict[str, Any] | None:
+    return None if circuit is None else circuit.to_json()
+
+
 def subscribed_topics(
     info: GroupInfo, committed: Iterable[TP], retry_kafka: str, dlq_kafka: str
 ) -> list[str]:
@@ -193,13 +206,15 @@ def build_progress(  # noqa: PLR0917
     logical: Logical = logical_topic,
     *,
     health: Mapping[TP, PartitionHealth] | None = None,
+    circuits: Mapping[str, MemberCircuit] | None = None,
 ) -> GroupProgress:
     """Assemble a group's progress.  ``partitions``: Kafka topic → its partitions (``None``:
     the topic does not exist, then only its committed partitions are shown); ``ends``:
     ``(log start, end)``, missing where unknown (a leaderless partition); ``heads``: for the
     partitions that were probed, the first readable offset at or after the committed one,
     ``None`` when there is none; ``health``: each partition's replication, from the
-    metadata."""
+    metadata; ``circuits``: member id → its circuit breaker's state, for the live members
+    that publish one."""
     health = health or {}
     rows: list[PartitionProgress] = []
     for topic, parts in partitions.items():
@@ -222,4 +237,4 @@ def build_progress(  # noqa: PLR0917
                 )
             )
     rows.sort(key=lambda r: (*topic_order(r.kafka_topic, logical), r.partition))
-    return GroupProgress(info, tuple(rows), dlq)
+    return GroupProgress(info, tuple(rows), dlq, dict(circuits or {}))
