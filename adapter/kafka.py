@@ -529,14 +529,7 @@ class Consumer(confluent_kafka.Consumer):
         (times)."""
         if self._circuit is None:
             return None
-        snap = self._circuit.snapshot(self._clock.monotonic())
-        return {
-            "state": snap.state.value,
-            "open_seconds": snap.open_seconds,
-            "held_messages": snap.held_messages,
-            "held_batches": snap.held_batches,
-            "opened": snap.opened,
-        }
+        return self._circuit.snapshot(self._clock.monotonic()).as_dict()
 
     # -- offsets ---------------------------------------------------------------------------
     def _position_of(self, msg: Any) -> TopicPartition:

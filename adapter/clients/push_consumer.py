@@ -460,14 +460,8 @@ class PushConsumer:
         circuit = getattr(member.engine, "circuit", None) if member is not None else None
         if member is None or circuit is None:
             return None
-        snap = circuit(member.clock.monotonic())
-        return {
-            "state": snap.state.value,
-            "open_seconds": snap.open_seconds,
-            "held_messages": snap.held_messages,
-            "held_batches": snap.held_batches,
-            "opened": snap.opened,
-        }
+        snapshot: dict[str, Any] = circuit(member.clock.monotonic()).as_dict()
+        return snapshot
 
     def in_flight(self) -> dict[TP, int]:
         """Per assigned partition: messages fetched and not settled yet (RocketMQ's

@@ -112,6 +112,13 @@ def _send(producer: Any, key: bytes, value: bytes, what: str) -> None:
         raise KafkaClientError(f"{what}: not acknowledged by the broker in {_SEND_TIMEOUT_S:g} s")
 
 
+def _checked_member(member_id: object) -> str:
+    """A member id as the group describes it (``Consumer.memberid()``), or a clear error."""
+    if not isinstance(member_id, str) or not member_id:
+        raise ConfigError("member_id", member_id, "must be the member's non-empty member id")
+    return member_id
+
+
 class ControlChannel:
     """A live member's end of the control topic.  Not thread-safe: call it from one thread
     (the consumer loop).
@@ -124,9 +131,7 @@ class ControlChannel:
 
     def __init__(self, config: Mapping[str, Any], group: str, member_id: str) -> None:
         self.group = naming.check_group(group)
-        if not isinstance(member_id, str) or not member_id:
-            raise ConfigError("member_id", member_id, "must be the member's non-empty member id")
-        self.member_id = member_id
+        self.member_id = _checked_member(member_id)
         # the member's connection and security settings; not its statistics callback
         self._config = {k: v for k, v in config.items() if k not in _NOT_INHERITED}
         self._key = group.encode("utf-8")
@@ -281,9 +286,7 @@ class StatusPublisher:
 
     def __init__(self, config: Mapping[str, Any], group: str, member_id: str) -> None:
         self.group = naming.check_group(group)
-        if not isinstance(member_id, str) or not member_id:
-            raise ConfigError("member_id", member_id, "must be the member's non-empty member id")
-        self.member_id = member_id
+        self.member_id = _checked_member(member_id)
         self._config = {k: v for k, v in config.items() if k not in _NOT_INHERITED}
         self._key = status_key(group, member_id)
         self._producer: Any = None

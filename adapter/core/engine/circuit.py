@@ -68,6 +68,16 @@ class CircuitSnapshot:
     #: times the breaker opened
     opened: int
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the consumers' ``circuit()`` returns (the state by its value)."""
+        return {
+            "state": self.state.value,
+            "open_seconds": self.open_seconds,
+            "held_messages": self.held_messages,
+            "held_batches": self.held_batches,
+            "opened": self.opened,
+        }
+
 
 class CircuitGate:
     """What a consumer does as its breaker changes state; shared by both engines.
