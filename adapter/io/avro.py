@@ -256,10 +256,11 @@ def _writer_of(t: Any, unique: bool) -> tuple[Callable[[Any], bytes], bool] | No
         return (_zigzag_varint, False) if unique else (_long, True)
     if kind == "string":
         return _write_string, True
+    # floating point is never memoized: 0.0 == -0.0 (one memo key) but their bytes differ
     if kind == "double":
-        return struct.Struct("<d").pack, True
+        return struct.Struct("<d").pack, False
     if kind == "float":
-        return struct.Struct("<f").pack, True
+        return struct.Struct("<f").pack, False
     if kind == "bytes":
         return _write_bytes, False  # bytearrays are not hashable
     if kind == "boolean":

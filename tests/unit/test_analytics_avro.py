@@ -303,3 +303,15 @@ def test_every_retired_schema_evolves_safely() -> None:
     current = json.loads(trace_schema().text)
     for tag, schema in known_schemas("consume_trace").items():
         assert check_evolution(json.loads(schema.text), current) == [], tag
+
+
+def test_negative_zero_after_zero_is_written_as_itself() -> None:
+    """The writer memoizes field bytes by value, and ``0.0 == -0.0``: found by the property
+    test above (an rt of ``-0.0`` written as ``0.0`` after a ``0.0``)."""
+    base = TraceEvent(
+        1, "s", "g", "t", 0, 0, "m", "o", TraceStatus.SUCCESS, 0, None, None, 1, 0,
+        None, None, 0.0, None, None, None, None, None, None, None, None,
+    )  # fmt: skip
+    for rt in (0.0, -0.0, 0.0):
+        event = base._replace(consume_rt_ms=rt)
+        assert encode_trace(event) == encode(trace_schema(), trace_record(event))
