@@ -94,6 +94,7 @@ from adapter.io.config import build_options
 from adapter.io.control import StatusPublisher
 from adapter.io.errors import error_text, refusal_of
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
+from adapter.io.polling import refresh_if_any_exists
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
 from adapter.io.topics import ensure_topics, plan_topics
@@ -403,7 +404,7 @@ class Consumer(confluent_kafka.Consumer):
         if self._subscribed and watch.pending(now):
             unheld = watch.due(now, self._subscribed, self._assigned)
             if unheld:
-                self._look_for(unheld)
+                refresh_if_any_exists(self, unheld, LOOKUP_TIMEOUT_S, f"consumer {self._group}")
         if self._holds or self._later or self._circuit is not None:
             self._due = 0.0
         elif self._auto_store:
@@ -412,19 +413,6 @@ class Consumer(confluent_kafka.Consumer):
             self._due = float("inf")
         if self._subscribed and watch.next_at is not None:
             self._due = min(self._due, watch.next_at)
-
-    def _look_for(self, topics: list[str]) -> None:
-        """Subscribed ``topics`` this member holds no partition of: when one exists, refresh
-        the whole metadata, which makes librdkafka compare the subscription with the
-        cluster again (:mod:`adapter.core.subscription`)."""
-        try:
-            for topic in topics:
-                tmd = self.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S).topics.get(topic)
-                if tmd is not None and tmd.error is None and tmd.partitions:
-                    self.list_topics(timeout=LOOKUP_TIMEOUT_S)
-                    return
-        except KafkaException as exc:
-            log.debug("consumer %s: looking up subscribed topics failed: %s", self._group, exc)
 
     def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
         if self._now() >= self._due:

@@ -73,7 +73,12 @@ from adapter.io.config import require_setting
 from adapter.io.errors import FatalErrorWatch, client_error, make_client
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
-from adapter.io.polling import apply_assignment, consume_available, is_cooperative
+from adapter.io.polling import (
+    apply_assignment,
+    consume_available,
+    is_cooperative,
+    refresh_if_any_exists,
+)
 from adapter.io.polling import release_assignment as release
 from adapter.io.protocols import AdminFactory, ConsumerFactory, ProducerFactory
 from adapter.io.publisher import Publisher
@@ -276,28 +281,6 @@ class GroupConsumer:
             )
             self._discover(first=True)
 
-    def _look_for(self, topics: list[str]) -> None:
-        """Subscribed ``topics`` this member holds no partition of: when one of them exists,
-        refresh the consumer's whole metadata, which makes librdkafka compare the
-        subscription with the cluster again (a rejoin only when the group's view was out
-        of date; see :mod:`adapter.core.subscription`)."""
-        consumer = self._consumer
-        try:
-            for topic in topics:
-                md = consumer.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S)
-                tmd = md.topics.get(topic)
-                if tmd is not None and tmd.error is None and tmd.partitions:
-                    log.debug(
-                        "%s: subscribed topic %s exists and this member holds none of it: "
-                        "refreshing the group's metadata",
-                        self.name,
-                        topic,
-                    )
-                    consumer.list_topics(timeout=LOOKUP_TIMEOUT_S)
-                    return
-        except KafkaException as exc:
-            log.debug("%s: looking up subscribed topics failed: %s", self.name, exc)
-
     def resubscribe(self, filters: Mapping[str, TagFilter]) -> None:
         """Replace the subscriptions of a running member (clustering; on the loop thread):
         ``filters`` maps every Kafka topic to read (the retry topic included) to its tag
@@ -350,7 +333,7 @@ class GroupConsumer:
         if watch is not None:
             unheld = watch.due(now, self.filters, self.assignment)
             if unheld:
-                self._look_for(unheld)
+                refresh_if_any_exists(self._consumer, unheld, LOOKUP_TIMEOUT_S, self.name)
 
     def close(self) -> None:
         if self.resets is not None:

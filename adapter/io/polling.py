@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from adapter.io.errors import client_error
+
+log = logging.getLogger("adapter.consumer")
 
 
 def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
@@ -24,6 +27,28 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
     if msgs and max_messages > 1:
         msgs.extend(consumer.consume(max_messages - 1, 0))
     return msgs
+
+
+def refresh_if_any_exists(consumer: Any, topics: list[str], timeout: float, name: str) -> None:
+    """Subscribed ``topics`` the member holds no partition of: when one of them exists,
+    refresh the consumer's whole metadata, which makes librdkafka compare the subscription
+    with the cluster again (a rejoin only when the group's view was out of date; see
+    :mod:`adapter.core.subscription`).  A failed lookup is logged and left for the next
+    check."""
+    try:
+        for topic in topics:
+            tmd = consumer.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+            if tmd is not None and tmd.error is None and tmd.partitions:
+                log.debug(
+                    "%s: subscribed topic %s exists and this member holds none of it: "
+                    "refreshing the group's metadata",
+                    name,
+                    topic,
+                )
+                consumer.list_topics(timeout=timeout)
+                return
+    except KafkaException as exc:
+        log.debug("%s: looking up subscribed topics failed: %s", name, exc)
 
 
 def is_cooperative(config: dict[str, Any]) -> bool:
