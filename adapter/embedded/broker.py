@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from adapter.embedded.config import (
     OFFSETS_PARTITIONS,
@@ -97,6 +97,7 @@ MAX_BROKERS = 9
 
 _PORT_RETRIES = 2
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_T = TypeVar("_T")
 
 _log = logging.getLogger(__name__)
 
@@ -343,12 +344,26 @@ class EmbeddedKafka:
             timeout=timeout
         )
 
+    def partitions(self, topic: str, timeout: float = 10.0) -> dict[int, Any]:
+        """``topic``'s partition metadata by partition id (leader, replicas, in-sync
+        replicas). A topic created a moment ago may not have reached the node that answers
+        yet: it is asked again until ``timeout``."""
+
+        def known() -> dict[int, Any] | None:
+            t = self._metadata(timeout).topics.get(topic)
+            return None if t is None or t.error is not None else dict(t.partitions) or None
+
+        return self._until(known, timeout, f"no topic {topic!r}")
+
     def leader_of(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
-        """The node id that leads ``topic``'s ``partition`` now (-1: none)."""
-        md = self._metadata(timeout)
-        if topic not in md.topics or partition not in md.topics[topic].partitions:
-            raise EmbeddedKafkaError(f"no partition {topic}[{partition}] on {self.name!r}")
-        return int(md.topics[topic].partitions[partition].leader)
+        """The node id that leads ``topic``'s ``partition`` now (-1: none); waits for the
+        topic as :meth:`partitions` does."""
+
+        def leader() -> int | None:
+            p = self.partitions(topic, timeout).get(partition)
+            return None if p is None else int(p.leader)
+
+        return self._until(leader, timeout, f"no partition {topic}[{partition}]")
 
     def transaction_coordinator(self, transactional_id: str, timeout: float = 10.0) -> int:
         """The node id that coordinates ``transactional_id``'s transactions now."""
@@ -380,17 +395,37 @@ class EmbeddedKafka:
         """Wait until every partition (of ``topics``, or all) has its full ISR again: what an
         operator waits for between the brokers of a rolling restart."""
         wanted = list(topics) if topics is not None else None
+        lagging: list[tuple[str, int]] = []
+
+        def in_sync() -> bool | None:
+            nonlocal lagging
+            lagging = self.under_replicated(wanted)
+            return True if not lagging else None
+
+        self._until(in_sync, timeout, "still under-replicated", lambda: f": {lagging[:10]}")
+
+    def _until(
+        self,
+        probe: Callable[[], _T | None],
+        timeout: float,
+        what: str,
+        detail: Callable[[], str] = lambda: "",
+    ) -> _T:
+        """``probe()``'s first answer that is not None, asked every 0.2 s (metadata that is
+        not answered yet counts as no answer) until ``timeout``."""
         deadline = time.monotonic() + timeout
+        last: Exception | None = None
         while True:
             try:
-                lagging = self.under_replicated(wanted)
+                answer = probe()
             except Exception as exc:  # metadata not answered yet: try again
-                lagging = [(f"<metadata: {exc}>", -1)]
-            if not lagging:
-                return
+                answer, last = None, exc
+            if answer is not None:
+                return answer
             if time.monotonic() >= deadline:
+                why = f" (last error: {last})" if last is not None else ""
                 raise EmbeddedKafkaError(
-                    f"{self.name!r}: still under-replicated after {timeout:.0f}s: {lagging[:10]}"
+                    f"{self.name!r}: {what} after {timeout:.0f}s{detail()}{why}"
                 )
             time.sleep(0.2)
 

@@ -70,9 +70,7 @@ def _run(
 def _assert_nothing_lost(work: Workload, report: Report) -> None:
     assert work.errors == [], work.errors
     assert report.send_failures == [], report.send_failures[:5]
-    assert report.lost == [], (
-        f"{len(report.lost)} lost: {report.lost[:10]}; {report.extra}"
-    )
+    assert report.lost == [], f"{len(report.lost)} lost: {report.lost[:10]}; {report.extra}"
     assert report.simple_lost == [], f"SimpleConsumer lost {report.simple_lost[:10]}"
     assert report.early == [], report.early[:10]
     assert report.order_violations == [], report.order_violations

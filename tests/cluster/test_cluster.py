@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from adapter import Message, Producer, PushConsumer
 from adapter.cli import main as cli_main
 from adapter.core import naming
-from adapter.embedded import EmbeddedKafka
+from adapter.embedded import EmbeddedKafka, EmbeddedKafkaError
 from adapter.errors import ConfigError, PossiblyPersistedError
 from adapter.io.topics import TopicPlan, ensure_with
 
@@ -53,19 +53,34 @@ def test_cluster_defaults_are_productions(kafka_cluster: EmbeddedKafka) -> None:
     assert all(n.running for n in status.nodes)
     assert len(kafka_cluster.bootstrap_servers.split(",")) == 3
     name = _topic(kafka_cluster, f"plain-{time.time_ns()}")
-    md = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}).list_topics(timeout=10)
-    assert len(md.topics[name].partitions[0].replicas) == 3
+    assert len(kafka_cluster.partitions(name)[0].replicas) == 3
     group = f"g-rf-{time.time_ns()}"
     assert _ensure(kafka_cluster, "--group", group, "--delay-levels", "1s 2s") == 0
     retry = naming.to_kafka(naming.retry_topic(group))
-    md = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}).list_topics(timeout=10)
-    assert {len(p.replicas) for p in md.topics[retry].partitions.values()} == {3}
+    assert {len(p.replicas) for p in kafka_cluster.partitions(retry).values()} == {3}
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     res = ConfigResource(ResourceType.TOPIC, retry)
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
     entries = admin.describe_configs([res])[res].result(30)
     assert entries["min.insync.replicas"].value == "2"
+
+
+def test_leader_of_waits_for_a_topic_that_has_not_reached_every_node(
+    kafka_cluster: EmbeddedKafka,
+) -> None:
+    """A topic just created may not yet be in the metadata of the node that answers (CI once
+    asked a node that had not heard of it): ``leader_of`` asks again until its timeout instead
+    of failing at once; a topic that never comes is a clear error naming it."""
+    topic = f"late-{time.time_ns()}"
+    creator = threading.Timer(1.0, _topic, args=(kafka_cluster, topic))
+    creator.start()
+    try:
+        assert kafka_cluster.leader_of(topic, 0, timeout=30) in (1, 2, 3)
+    finally:
+        creator.join()
+    with pytest.raises(EmbeddedKafkaError, match=r"no partition never-[0-9]+\[0\]"):
+        kafka_cluster.leader_of(f"never-{time.time_ns()}", 0, timeout=1)
 
 
 def test_a_default_send_rides_out_a_leader_kill(kafka_cluster: EmbeddedKafka) -> None:
