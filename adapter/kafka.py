@@ -48,6 +48,15 @@ there), not with a ``TopicPartition`` built from ``msg.topic()``.
 The hot path adds one clock reading per ``poll()``/``consume()`` call (upkeep runs only when
 due) and a topic comparison per record: no object is made for a record of the
 application's own topics.
+
+Why one module: :class:`Consumer` *is* the consumer (a subclass of the C type, with slots),
+and every override -- ``poll``/``consume``, ``store_offsets``/``commit``, the rebalance
+callbacks, ``close`` -- reads and writes the same state: the offsets held behind copies on
+their way, the positions to store, the assignment, the breaker's held messages.  What needs
+none of that state lives elsewhere: the pure rules in :mod:`adapter.core.dropin` (holds,
+resend timer) and :mod:`adapter.core.dropin_circuit` (the breaker's turns), the options and
+record views in :mod:`adapter.clients.dropin_options` / :mod:`adapter.clients.dropin_records`,
+the producer of copies in :mod:`adapter.io.publisher`.
 """
 
 from __future__ import annotations

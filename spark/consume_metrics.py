@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from adapter.analytics.cli import main
+from adapter.cli.analytics import main
 
 if __name__ == "__main__":
     sys.exit(main(["stream", *sys.argv[1:]]))

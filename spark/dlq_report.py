@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from adapter.analytics.cli import main
+from adapter.cli.analytics import main
 
 if __name__ == "__main__":
     sys.exit(main(["dlq-report", *sys.argv[1:]]))

@@ -36,6 +36,7 @@ __all__ = [
     "SPARK_VERSION",
     "AnalyticsError",
     "SparkAuthenticationError",
+    "artifact_name",
     "check_pyspark",
     "connector_dir",
     "ensure_spark_jars",
@@ -97,7 +98,9 @@ def connector_dir(home: str | os.PathLike[str] | None = None) -> Path:
     return kafka_home(home) / f"spark-connectors-{SPARK_VERSION}" / "jars"
 
 
-def _artifact(jar_name: str) -> str:
+def artifact_name(jar_name: str) -> str:
+    """A jar's artifact without its version (``kafka-clients-3.9.1.jar`` -> ``kafka-clients``):
+    what tells a fetched connector dependency that pyspark already ships."""
     match = _VERSIONED_JAR.match(jar_name)
     return match.group("artifact") if match else jar_name
 
@@ -126,7 +129,7 @@ def ensure_spark_jars(home: str | os.PathLike[str] | None = None) -> list[Path]:
         jars = _complete(lib)
         if jars is not None:
             return jars
-        provided = {_artifact(p.name) for p in check_pyspark().glob("*.jar")}
+        provided = {artifact_name(p.name) for p in check_pyspark().glob("*.jar")}
         tmp = copy_maven_dependencies(
             resources.files("adapter.analytics").joinpath("spark-pom.xml").read_bytes(),
             root,
@@ -138,7 +141,7 @@ def ensure_spark_jars(home: str | os.PathLike[str] | None = None) -> list[Path]:
         fetched = sorted(tmp.glob("*.jar"))
         kept = []
         for jar in fetched:
-            if _artifact(jar.name) in provided:
+            if artifact_name(jar.name) in provided:
                 jar.unlink()  # pyspark ships its own (newer or equal) copy
             else:
                 kept.append(jar.name)

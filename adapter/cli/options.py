@@ -3,7 +3,7 @@
 :func:`add_kafka_args` / :func:`kafka_config`: the Kafka connection settings of every
 command that talks to Kafka (``-b``, ``-X key=value``, ``--config-file``), so every client a
 command creates gets the same security; the analytics commands use them too
-(:mod:`adapter.analytics.cli`).  :func:`add_admin_args` / :func:`admin_config` /
+(:mod:`adapter.cli.analytics`).  :func:`add_admin_args` / :func:`admin_config` /
 :func:`emit`: the admin commands' ``--json``, ``--timeout`` and quiet client logs.
 """
 

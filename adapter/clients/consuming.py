@@ -20,6 +20,11 @@ broadcasting instance's local offsets to :mod:`adapter.clients.broadcasting`, la
 :mod:`adapter.clients.lag`; what it needs of an engine and a runner, and its settings, are
 in :mod:`adapter.clients.contracts`.  Its Kafka clients come from factories
 (confluent-kafka's classes by default) so that a test can use fakes.
+
+What stays here is one member's loop: fetching, dispatching, carrying out actions,
+committing and the rebalance callbacks all act on the same assignment and the same engine,
+in an order that matters (a revoke commits what was handled before it forgets the
+partition), so it stays one class.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from adapter.core.listener import (
     ConsumeOrderlyStatus,
     MessageQueue,
 )
-from adapter.core.offsets import consume_from_where_of
+from adapter.core.offsets import start_rule
 from adapter.core.routing import MessageModel
 from adapter.core.stats import TopicStats
 from adapter.core.types import TP
@@ -71,8 +71,6 @@ __all__ = [
     "timestamp_ms",
 ]
 
-#: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
-_DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 #: Records taken per ``consume()`` while the listener runs inline.  A fetch's records and
 #: their views stay under the garbage collector's young-generation threshold (700 live
 #: allocations), so no collection runs on the hot path (larger fetches ran young-generation
@@ -344,13 +342,13 @@ class PushConsumer:
 
     def _settings(self) -> ConsumeSettings:
         opts = self.options
-        where = consume_from_where_of(
-            opts.consume_from_where, self._config.get("auto.offset.reset")
+        given = opts.consume_timestamp
+        where, ts = start_rule(
+            opts.consume_from_where,
+            self._config.get("auto.offset.reset"),
+            None if given is None else timestamp_ms(given),
+            opts.clock.now_ms(),
         )
-        if opts.consume_timestamp is not None:
-            ts = timestamp_ms(opts.consume_timestamp)
-        else:
-            ts = opts.clock.now_ms() - _DEFAULT_TIMESTAMP_BACK_MS
         return ConsumeSettings(
             clustering=self.clustering,
             consume_from_where=where,

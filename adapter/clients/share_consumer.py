@@ -64,7 +64,7 @@ from adapter.core.engine.pull import (
     seconds_of,
 )
 from adapter.core.filter import TagFilter
-from adapter.core.offsets import consume_from_where_of
+from adapter.core.offsets import start_rule
 from adapter.core.share import (
     DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
     NOT_FOR_SHARE_CONSUMER,
@@ -102,8 +102,6 @@ _TICK_S = 0.05
 _ACK_FLUSH_S = 0.1
 #: How long a dead-letter write may take before the record is released instead.
 _DLQ_TIMEOUT_S = 30.0
-#: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
-_DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 _ACCEPT = confluent_kafka.AcknowledgeType.ACCEPT
 _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _REJECT = confluent_kafka.AcknowledgeType.REJECT
@@ -266,14 +264,13 @@ class ShareSimpleConsumer(SimpleConsumer):
         """Set the group's start rule, delivery limit and (when given) lock duration; read
         the lock duration in force when none was given."""
         opts = self.share_options
-        where = consume_from_where_of(
-            opts.consume_from_where, self._config.get("auto.offset.reset")
-        )
+        given = opts.consume_timestamp
         now_ms = self._clock.now_ms()
-        ts = (
-            timestamp_ms(opts.consume_timestamp)
-            if opts.consume_timestamp is not None
-            else now_ms - _DEFAULT_TIMESTAMP_BACK_MS
+        where, ts = start_rule(
+            opts.consume_from_where,
+            self._config.get("auto.offset.reset"),
+            None if given is None else timestamp_ms(given),
+            now_ms,
         )
         wanted = share_group_configs(where, ts, now_ms, self.delivery_limit, self.lock_duration)
         lock_s = configure_share_group(self._config, self.consumer_group, wanted, self._given)

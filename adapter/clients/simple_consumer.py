@@ -58,7 +58,7 @@ from adapter.core.engine.pull import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.hops import GroupTopics
-from adapter.core.offsets import FlowLimits, consume_from_where_of
+from adapter.core.offsets import FlowLimits, start_rule
 from adapter.core.publishing import Refusal
 from adapter.core.stats import TopicStats
 from adapter.core.types import TP
@@ -100,8 +100,6 @@ _FETCH_SIZE = 128
 #: (a larger buffer cycled pause/resume many times per 100 000 messages, at a fraction of
 #: this one's throughput).
 _SOFT_BACKLOG = 256
-#: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
-_DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 
 
 @dataclass(slots=True, eq=False)
@@ -351,13 +349,13 @@ class SimpleConsumer:
 
     def _settings(self) -> ConsumeSettings:
         opts = self.options
-        where = consume_from_where_of(
-            opts.consume_from_where, self._config.get("auto.offset.reset")
+        given = opts.consume_timestamp
+        where, ts = start_rule(
+            opts.consume_from_where,
+            self._config.get("auto.offset.reset"),
+            None if given is None else timestamp_ms(given),
+            self._clock.now_ms(),
         )
-        if opts.consume_timestamp is not None:
-            ts = timestamp_ms(opts.consume_timestamp)
-        else:
-            ts = self._clock.now_ms() - _DEFAULT_TIMESTAMP_BACK_MS
         return ConsumeSettings(
             clustering=True,
             consume_from_where=where,

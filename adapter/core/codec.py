@@ -116,17 +116,6 @@ def _finish(out: Mapping[str, bytes | None]) -> list[tuple[str, bytes | None]]:
     return list(out.items())
 
 
-def user_headers(raw: Sequence[RawHeader]) -> dict[str, bytes | None]:
-    """The headers of a message minus the per-hop system ones, one value per key."""
-    out: dict[str, bytes | None] = {}
-    for key, value in raw:
-        if key in SYSTEM_HEADERS:
-            continue
-        out.pop(key, None)
-        out[key] = value
-    return out
-
-
 def encode_message_headers(msg: Message, msg_id: str) -> list[tuple[str, bytes | None]]:
     """Headers of a freshly sent message: its properties, ``KEYS``, ``TAGS``, ``UNIQ_KEY``."""
     out: dict[str, bytes | None] = {}

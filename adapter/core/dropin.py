@@ -42,10 +42,6 @@ class CopyHolds:
         held = self._held.get(tp)
         return held is not None and (offset is None or offset in held)
 
-    def lowest(self, tp: TP) -> int | None:
-        held = self._held.get(tp)
-        return None if not held else min(held)
-
     def release(self, tp: TP, offset: int) -> tuple[int, bool] | None:
         """The copy of ``offset`` was acknowledged.  Returns what was asked for ``tp`` and
         held back, clamped again, as ``(offset, commit?)`` to apply now (``None``: nothing)."""

@@ -38,11 +38,3 @@ class MessageIdGenerator:
         )
         #: the ids as ASCII bytes, as ``UNIQ_KEY`` goes into a header (``next(gen.ids)``)
         self.ids: Iterator[bytes] = map((self.prefix.encode() + b"%012X").__mod__, counters)
-
-    def next_bytes(self) -> bytes:
-        """The next id, ASCII bytes."""
-        return next(self.ids)
-
-    def next_id(self) -> str:
-        """The next id."""
-        return next(self.ids).decode()

@@ -90,6 +90,25 @@ def consume_from_where_of(
     return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 
 
+#: RocketMQ's default for a new consumer's CONSUME_FROM_TIMESTAMP: half an hour back.
+DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
+
+
+def start_rule(
+    value: ConsumeFromWhere | str | None,
+    auto_offset_reset: object,
+    consume_timestamp_ms: int | None,
+    now_ms: int,
+) -> tuple[ConsumeFromWhere, int]:
+    """A new member's start rule and the timestamp ``CONSUME_FROM_TIMESTAMP`` starts at (the
+    one given, else half an hour before ``now_ms``, as RocketMQ's consumer): what the push
+    consumer and both SimpleConsumer backends start from."""
+    where = consume_from_where_of(value, auto_offset_reset)
+    if consume_timestamp_ms is None:
+        consume_timestamp_ms = now_ms - DEFAULT_TIMESTAMP_BACK_MS
+    return where, consume_timestamp_ms
+
+
 #: ``end_at_start``'s answer for a partition that did not exist when the member started.
 FROM_BEGINNING = -2  # librdkafka's OFFSET_BEGINNING
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapter.analytics import jars
-from adapter.analytics.jars import SPARK_VERSION, AnalyticsError, _artifact
+from adapter.analytics.jars import SPARK_VERSION, AnalyticsError, artifact_name
 from adapter.analytics.jobs import StreamJobOptions
 from adapter.analytics.session import jaas_config, kafka_options
 from adapter.cli import build_parser
@@ -133,10 +133,10 @@ def test_connector_pin_matches_pyspark_pin() -> None:
 
 
 def test_artifact_names() -> None:
-    assert _artifact("spark-sql-kafka-0-10_2.13-4.1.1.jar") == "spark-sql-kafka-0-10_2.13"
-    assert _artifact("kafka-clients-3.9.1.jar") == "kafka-clients"
-    assert _artifact("scala-library-2.13.17.jar") == "scala-library"
-    assert _artifact("hadoop-client-api-3.4.2.jar") == "hadoop-client-api"
+    assert artifact_name("spark-sql-kafka-0-10_2.13-4.1.1.jar") == "spark-sql-kafka-0-10_2.13"
+    assert artifact_name("kafka-clients-3.9.1.jar") == "kafka-clients"
+    assert artifact_name("scala-library-2.13.17.jar") == "scala-library"
+    assert artifact_name("hadoop-client-api-3.4.2.jar") == "hadoop-client-api"
 
 
 def test_cached_jars_are_only_what_pyspark_lacks() -> None:
@@ -144,8 +144,8 @@ def test_cached_jars_are_only_what_pyspark_lacks() -> None:
     found = jars.ensure_spark_jars()
     names = {p.name for p in found}
     assert set(jars.REQUIRED) <= names
-    provided = {_artifact(p.name) for p in jars.pyspark_jars_dir().glob("*.jar")}
-    assert not {_artifact(n) for n in names} & provided
+    provided = {artifact_name(p.name) for p in jars.pyspark_jars_dir().glob("*.jar")}
+    assert not {artifact_name(n) for n in names} & provided
     assert any(n.startswith("kafka-clients-") for n in names)
     assert all(p.is_file() and p.stat().st_size > 0 for p in found)
 

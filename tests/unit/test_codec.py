@@ -51,7 +51,6 @@ from adapter.core.codec import (
     replace_headers,
     retry_headers,
     schedule_headers,
-    user_headers,
 )
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import HeaderView, parse_non_negative
@@ -809,10 +808,6 @@ class TestScheduleAndReplaceHeaders:
         raw = [("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"\xff")]
         out = replace_headers(raw, {"b": None, "d": 4, "a": "x"})
         assert out == [("a", b"x"), ("c", b"\xff"), ("d", b"4")]
-
-    def test_user_headers(self) -> None:
-        raw = [("u", b"1"), (PROPERTY_UNIQ_KEY, b"x"), ("u", b"2"), (HEADER_GROUP, b"g")]
-        assert user_headers(raw) == {"u": b"2"}
 
 
 class TestOmittedBody:

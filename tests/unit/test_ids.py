@@ -19,19 +19,18 @@ PREFIX_HEX = "0102030405060708090A"
 def test_ids_are_the_prefix_then_a_counter_from_zero() -> None:
     gen = MessageIdGenerator(PREFIX)
     assert gen.prefix == PREFIX_HEX
-    assert [gen.next_id() for _ in range(3)] == [
+    assert [next(gen.ids).decode() for _ in range(3)] == [
         PREFIX_HEX + "000000000000",
         PREFIX_HEX + "000000000001",
         PREFIX_HEX + "000000000002",
     ]
-    assert gen.next_bytes() == (PREFIX_HEX + "000000000003").encode()
-    assert next(gen.ids) == (PREFIX_HEX + "000000000004").encode()
-    assert re.fullmatch(r"[0-9A-F]{32}", gen.next_id())
+    assert next(gen.ids) == (PREFIX_HEX + "000000000003").encode()
+    assert re.fullmatch(r"[0-9A-F]{32}", next(gen.ids).decode())
 
 
 def test_the_counter_wraps_after_twelve_hex_digits() -> None:
     gen = MessageIdGenerator(b"\xff" * 10, start=COUNTER_SPAN - 2)
-    assert [gen.next_id()[20:] for _ in range(4)] == [
+    assert [next(gen.ids).decode()[20:] for _ in range(4)] == [
         "FFFFFFFFFFFE",
         "FFFFFFFFFFFF",
         "000000000000",

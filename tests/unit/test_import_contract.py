@@ -164,19 +164,30 @@ def test_no_private_names_of_client_libraries() -> None:
     assert not violations, "\n".join(violations)
 
 
-def test_no_import_cycles() -> None:
-    """Runtime imports between adapter modules (lazy ones too) form no cycle.  A package's
-    ``__init__`` re-exporting its own modules is not a cycle of concern and is left out."""
-    known = modules()
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the adapter modules importing it runs, lazy imports included.  Importing
+    ``a.b.c`` runs the packages ``a`` and ``a.b`` too, so a module outside a package depends on
+    that package's ``__init__`` (and on what it re-exports).  A package's own modules importing
+    the package (``from adapter.cli import topics``) are left out: the package runs first, so
+    that is no cycle of concern."""
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
-        if path.name == "__init__.py":
-            continue
+        own = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for target, names, _ in imports(name, path):
-            for mod in _resolved(target, names, known):
-                if mod != name and known[mod].name != "__init__.py":
-                    graph[name].add(mod)
-    cycles = _cycles(graph)
+            parts = target.split(".")
+            parents = [".".join(parts[:i]) for i in range(2, len(parts))]
+            for mod in [*_resolved(target, names, known), *parents]:
+                if mod not in known or mod == name:
+                    continue
+                if known[mod].name == "__init__.py" and _under(own, (mod,)):
+                    continue  # a module of the package (or the package) importing the package
+                graph[name].add(mod)
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    """Runtime imports between adapter modules (lazy ones too) form no cycle."""
+    cycles = _cycles(import_graph(modules()))
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
 
@@ -222,3 +233,40 @@ def test_the_checker_sees_a_violation() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert _layer("adapter.core.engine.tracking") == "adapter.core"
     assert not _under("adapter.ops.admin", ALLOWED["adapter.clients"])
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path: Path) -> None:
+    """Importing ``adapter.x.opts`` runs ``adapter/x/__init__``: when that re-exports a module
+    which (even lazily) imports the importer, it is a cycle (how ``adapter.analytics.cli`` and
+    ``adapter.cli`` once stood)."""
+    files = {
+        "adapter.x": "from adapter.x.run import go\n",
+        "adapter.x.run": "def go():\n    from adapter.y.tool import t\n",
+        "adapter.x.opts": "o = 1\n",
+        "adapter.y.tool": "from adapter.x.opts import o\nt = o\n",
+    }
+    known = {}
+    for name, text in files.items():
+        path = tmp_path / (name.replace(".", "_") + ".py")
+        if name == "adapter.x":
+            path = tmp_path / "x" / "__init__.py"
+            path.parent.mkdir()
+        path.write_text(text)
+        known[name] = path
+    assert _cycles(import_graph(known)) == [["adapter.x", "adapter.x.run", "adapter.y.tool"]]
+
+
+def test_no_test_imports_a_private_name_of_the_adapter() -> None:
+    """Tests use what the adapter offers: a private name is free to change."""
+    violations = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for target, names, line in imports("tests.x", path, runtime_only=False):
+            if not _under(target, ("adapter",)):
+                continue
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if any(part.startswith("_") and part != "__init__" for part in target.split(".")):
+                private.append(target)
+            if private:
+                where = path.relative_to(ROOT)
+                violations.append(f"{where}:{line} imports {private} from {target}")
+    assert not violations, "\n".join(violations)

@@ -69,7 +69,7 @@ def test_message_ids_are_unique_across_threads_and_32_hex() -> None:
     lock = threading.Lock()
 
     def work() -> None:
-        ids = [gen.next_id() for _ in range(2000)]
+        ids = [next(gen.ids).decode() for _ in range(2000)]
         with lock:
             out.extend(ids)
 
