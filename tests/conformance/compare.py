@@ -135,7 +135,7 @@ class Accepted:
     reason: str
 
 
-def _matches(pattern: str, text: str) -> bool:
+def matches(pattern: str, text: str) -> bool:
     """Shell-style, with ``*`` (any text) and ``?`` (one character) only: the differences'
     texts are full of brackets, which stay literal."""
     regex = re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
@@ -168,7 +168,7 @@ def _rows() -> tuple[Accepted, ...]:
 def accepted(scenario: str, difference: str) -> Accepted | None:
     """The row that explains ``difference`` in ``scenario``, if any."""
     for row in _rows():
-        if any(_matches(p.strip(), scenario) for p in row.scenarios.split(",")) and _matches(
+        if any(matches(p.strip(), scenario) for p in row.scenarios.split(",")) and matches(
             row.difference, difference
         ):
             return row

@@ -37,7 +37,7 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * Runs one conformance scenario (a JSON file, the first argument) with RocketMQ's official
  * 4.9.x client against a running name server and broker, and prints one JSON line per
  * delivery, then the dead letters of the group and its offsets. The Python side
- * (tests/conformance/rmq_side.py) writes the scenario and reads the lines; the adapter side
+ * (tests/conformance/sides.py) writes the scenario and reads the lines; the adapter side
  * records the same shape, and the comparator diffs the two.
  */
 public final class Runner {
