@@ -18,6 +18,9 @@ transactions, share-group state) and new topics take replication factor 3 and
 ``min.insync.replicas=2``, so one node can be down without a write being refused. Each node
 can be stopped, killed, frozen and restarted on its own (:meth:`EmbeddedKafka.node`), which is
 what the bounce tests do.
+Which node leads a partition or coordinates a group, and what is under-replicated, is asked
+over the Kafka protocol by the methods :class:`~adapter.embedded.metadata.ClusterMetadata`
+gives it.
 
 ``start()`` is idempotent across processes: if ``state.json`` names live nodes that accept
 connections they are reused. The nodes are detached (own session), so they outlive the Python
@@ -32,14 +35,12 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from adapter.embedded.config import (
-    OFFSETS_PARTITIONS,
-    TRANSACTION_PARTITIONS,
     security_settings,
     server_properties,
 )
@@ -54,6 +55,7 @@ from adapter.embedded.jars import (
     kafka_version,
     lib_dir,
 )
+from adapter.embedded.metadata import ClusterMetadata
 from adapter.embedded.node import (
     HOST,
     READY_TIMEOUT_S,
@@ -65,7 +67,6 @@ from adapter.embedded.node import (
     new_cluster_id,
     pid_alive,
     port_open,
-    probe_admin,
     reap,
     wait_dead,
 )
@@ -97,7 +98,6 @@ MAX_BROKERS = 9
 
 _PORT_RETRIES = 2
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_T = TypeVar("_T")
 
 _log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ _log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------
 
 
-class EmbeddedKafka:
+class EmbeddedKafka(ClusterMetadata):
     """A named, persistent KRaft Kafka on 127.0.0.1: one node (``brokers=1``, the default) or
     a cluster of ``brokers`` nodes, each broker and controller.
 
@@ -337,98 +337,6 @@ class EmbeddedKafka:
         """The first node's pid (the only one's, for a single broker)."""
         return self.nodes[0].pid
 
-    # ---- where things are (for bounce tests) ---------------------------------------------
-
-    def _metadata(self, timeout: float = 10.0) -> Any:
-        return probe_admin(self.bootstrap_servers, timeout, self.client_security()).list_topics(
-            timeout=timeout
-        )
-
-    def partitions(self, topic: str, timeout: float = 10.0) -> dict[int, Any]:
-        """``topic``'s partition metadata by partition id (leader, replicas, in-sync
-        replicas). A topic created a moment ago may not have reached the node that answers
-        yet: it is asked again until ``timeout``."""
-
-        def known() -> dict[int, Any] | None:
-            t = self._metadata(timeout).topics.get(topic)
-            return None if t is None or t.error is not None else dict(t.partitions) or None
-
-        return self._until(known, timeout, f"no topic {topic!r}")
-
-    def leader_of(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
-        """The node id that leads ``topic``'s ``partition`` now (-1: none); waits for the
-        topic as :meth:`partitions` does."""
-
-        def leader() -> int | None:
-            p = self.partitions(topic, timeout).get(partition)
-            return None if p is None else int(p.leader)
-
-        return self._until(leader, timeout, f"no partition {topic}[{partition}]")
-
-    def transaction_coordinator(self, transactional_id: str, timeout: float = 10.0) -> int:
-        """The node id that coordinates ``transactional_id``'s transactions now."""
-        return self.leader_of(
-            "__transaction_state",
-            coordinator_partition(transactional_id, TRANSACTION_PARTITIONS),
-            timeout,
-        )
-
-    def group_coordinator(self, group_id: str, timeout: float = 10.0) -> int:
-        """The node id that coordinates the consumer group ``group_id`` now."""
-        return self.leader_of(
-            "__consumer_offsets", coordinator_partition(group_id, OFFSETS_PARTITIONS), timeout
-        )
-
-    def under_replicated(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
-        """Partitions whose in-sync replicas are fewer than their replicas, or leaderless."""
-        md = self._metadata()
-        wanted = set(topics) if topics is not None else None
-        return sorted(
-            (name, pid)
-            for name, t in md.topics.items()
-            if wanted is None or name in wanted
-            for pid, p in t.partitions.items()
-            if p.leader < 0 or len(p.isrs) < len(p.replicas)
-        )
-
-    def wait_in_sync(self, timeout: float = 120.0, topics: Iterable[str] | None = None) -> None:
-        """Wait until every partition (of ``topics``, or all) has its full ISR again: what an
-        operator waits for between the brokers of a rolling restart."""
-        wanted = list(topics) if topics is not None else None
-        lagging: list[tuple[str, int]] = []
-
-        def in_sync() -> bool | None:
-            nonlocal lagging
-            lagging = self.under_replicated(wanted)
-            return True if not lagging else None
-
-        self._until(in_sync, timeout, "still under-replicated", lambda: f": {lagging[:10]}")
-
-    def _until(
-        self,
-        probe: Callable[[], _T | None],
-        timeout: float,
-        what: str,
-        detail: Callable[[], str] = lambda: "",
-    ) -> _T:
-        """``probe()``'s first answer that is not None, asked every 0.2 s (metadata that is
-        not answered yet counts as no answer) until ``timeout``."""
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while True:
-            try:
-                answer = probe()
-            except Exception as exc:  # metadata not answered yet: try again
-                answer, last = None, exc
-            if answer is not None:
-                return answer
-            if time.monotonic() >= deadline:
-                why = f" (last error: {last})" if last is not None else ""
-                raise EmbeddedKafkaError(
-                    f"{self.name!r}: {what} after {timeout:.0f}s{detail()}{why}"
-                )
-            time.sleep(0.2)
-
     def __enter__(self) -> EmbeddedKafka:
         self.start()
         return self
@@ -459,6 +367,9 @@ class EmbeddedKafka:
             authorizer=self.authorizer,
             extra=self.extra_properties,
         )
+
+    def _reach(self) -> tuple[str, dict[str, str]]:
+        return self.bootstrap_servers, self.client_security()
 
     def client_security(self, user: str | None = None) -> dict[str, str]:
         """confluent-kafka settings for a client of this broker (``user`` defaults to the
@@ -526,6 +437,16 @@ class EmbeddedKafka:
         elif not (have_ports and (same_ports or formatted)):
             # else: prefer the previous ports so that clients can reconnect to the same bootstrap
             ports = self._fresh_ports()
+        # a client port that still answers belongs to someone else: the readiness check
+        # would take another broker there for this one while the new JVM fails to bind
+        taken = [p for p, _ in ports.values() if port_open(p)]
+        if taken and self.port is None and not keep_ports:
+            ports, taken = self._fresh_ports(), []  # only preferred: move
+        if taken:
+            raise EmbeddedKafkaError(
+                f"embedded Kafka {self.name!r}: port {taken[0]} is already in use (another "
+                "broker or process listens there); stop it or choose another --port"
+            )
 
         # the previous processes are dead before we relaunch, so retrying fixed ports once
         # is enough

@@ -26,6 +26,7 @@ from adapter.embedded.jars import (
     ensure_jars,
     file_lock,
     file_tail,
+    jvm_options,
     tail,
     which,
 )
@@ -87,14 +88,27 @@ def port_open(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def _proc_state(pid: int) -> str | None:
-    """Linux process state letter from /proc (None if unknown / no procfs)."""
+def _proc_state(pid: int, tid: int | None = None) -> str | None:
+    """Linux state letter of a process (or of its thread ``tid``) from /proc (None if
+    unknown / no procfs)."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        stat = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     rest = stat.rsplit(")", 1)[-1].split()
     return rest[0] if rest else None
+
+
+def _exited(pid: int) -> bool:
+    """Every thread of ``pid`` has exited. A killed JVM's main thread shows as a zombie
+    while its other threads, which hold its sockets and files, are still exiting: a
+    restart on its ports in that moment would find them taken."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return _proc_state(pid) in ("Z", "X")
+    return all(_proc_state(pid, tid) in ("Z", "X", None) for tid in tids)
 
 
 def reap(pid: int) -> int | None:
@@ -116,7 +130,7 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return _proc_state(pid) not in ("Z", "X")
+    return not _exited(pid)
 
 
 def _pid_is_broker(pid: int, server_properties: Path) -> bool:
@@ -411,6 +425,7 @@ class KafkaNode:
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.directory}",
             f"-XX:ErrorFile={self.directory / 'hs_err_pid%p.log'}",
+            *jvm_options(),
             "-cp",
             f"{lib}/*",
             main,

@@ -245,11 +245,10 @@ def test_port_taken_while_stopped(own_broker: EmbeddedKafka) -> None:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        # restart() insists on the same ports: it fails, with the broker's log in the error
+        # restart() insists on the same ports: it fails before launching, naming the port
         with pytest.raises(EmbeddedKafkaError) as excinfo:
             own_broker.restart(timeout=30)
-        assert "Address already in use" in str(excinfo.value)
-        assert str(own_broker.server_log) in str(excinfo.value)
+        assert f"port {port} is already in use" in str(excinfo.value)
         # start() only prefers the old ports: it moves to new ones
         moved = own_broker.start()
     assert moved != bootstrap

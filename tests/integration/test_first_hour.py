@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from adapter import (
     Message,
     Producer,
     PushConsumer,
+    ScheduleService,
     SimpleConsumer,
 )
 
@@ -30,16 +32,44 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_a_client_with_no_broker_to_reach_names_the_address() -> None:
-    """It used to wait and raise a bare KafkaClientError about creating a delay-level topic."""
-    address = f"127.0.0.1:{_free_port()}"
+def _push_consumer_start(address: str) -> None:
     consumer = PushConsumer({"bootstrap.servers": address, "group.id": "g"})
     consumer.subscribe("orders")
     consumer.register_message_listener(lambda msgs, ctx: None)
+    consumer.start()
+
+
+def _schedule_service_start(address: str) -> None:
+    ScheduleService({"bootstrap.servers": address}, namespace="nobroker").start()
+
+
+def _producer_send(address: str) -> None:
+    with Producer({"bootstrap.servers": address}) as producer:
+        producer.send(Message(topic="orders", body=b"x"))
+
+
+@pytest.mark.parametrize(
+    "use",
+    [_push_consumer_start, _schedule_service_start, _producer_send],
+    ids=["push_consumer", "schedule_service", "producer"],
+)
+def test_a_client_with_no_broker_to_reach_names_the_address(
+    use: Callable[[str], None], caplog: Any
+) -> None:
+    """The consumer and the ScheduleService used to wait and raise a bare KafkaClientError
+    about creating a delay-level topic after some 60 ``Connect ... refused`` lines; the
+    Producer said "metadata for topic 'orders': ... Broker transport failure" without the
+    address."""
+    address = f"127.0.0.1:{_free_port()}"
     started = time.monotonic()
-    with pytest.raises(BrokerUnavailableError, match=f"cannot reach any broker at {address}"):
-        consumer.start()
+    with (
+        caplog.at_level(logging.WARNING, "adapter.librdkafka"),
+        pytest.raises(BrokerUnavailableError, match=f"cannot reach any broker at {address}"),
+    ):
+        use(address)
     assert time.monotonic() - started < 45
+    repeated = [r for r in caplog.records if r.name == "adapter.librdkafka"]
+    assert len(repeated) <= 5, [r.getMessage() for r in repeated]
 
 
 def test_a_failing_listener_is_logged_once_with_its_traceback_and_a_clamp_is_named(
@@ -111,6 +141,39 @@ def test_a_client_used_after_shutdown_says_so(
     with pytest.raises(ClientClosedError, match="shut down"):
         producer.send(Message(topic=kafka_topic, body=b"two"))
 
+    service = ScheduleService(conf, namespace=f"closed{kafka_group_id[-8:]}", delay_levels="1s")
+    service.start()
+    service.shutdown()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        service.start()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        service.__enter__()
+
+
+def test_the_schedule_service_logs_its_assignment_in_one_short_line(
+    kafka_bootstrap_servers: str, kafka_group_id: str, caplog: Any
+) -> None:
+    """Start-up at INFO printed one line listing every delay-level partition (54 with the
+    default table); the summary is at INFO, the list at DEBUG."""
+    namespace = f"asg{kafka_group_id[-8:]}"
+    service = ScheduleService(
+        {"bootstrap.servers": kafka_bootstrap_servers},
+        namespace=namespace,
+        delay_levels="1s 2s 3s",
+        partitions=2,
+    )
+    with caplog.at_level(logging.INFO, "adapter.schedule"), service:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            "assigned" in r.getMessage() for r in caplog.records
+        ):
+            service.check_alive()
+            time.sleep(0.1)
+    lines = [r.getMessage() for r in caplog.records if "assigned" in r.getMessage()]
+    assert lines, "no assignment logged within 30 s"
+    assert all("rmq.schedule." not in line for line in lines), lines  # no topic at INFO
+    assert "assigned 6 partition(s) of 3 delay-level topic(s)" in lines[0], lines
+
 
 def test_kafka_start_takes_the_port_the_readme_uses() -> None:
     """The README's examples talk to 127.0.0.1:9092-style fixed addresses; ``kafka start``
@@ -134,5 +197,60 @@ def test_kafka_start_takes_the_port_the_readme_uses() -> None:
         started = cli("start", "--port", str(port))
         assert started.returncode == 0, started.stderr[-2000:]
         assert started.stdout.strip() == f"127.0.0.1:{port}"
+    finally:
+        cli("stop")
+
+
+def test_creating_topics_is_one_info_line_and_each_topic_at_debug(
+    kafka_bootstrap_servers: str, kafka_group_id: str, caplog: Any
+) -> None:
+    """Start-up at INFO printed a line per created topic (20 for the default delay table and
+    one group); one summary at INFO, each topic at DEBUG."""
+    from adapter.core.delay import DelayLevels
+    from adapter.io.topics import ensure_topics, plan_topics
+
+    namespace = f"cr{kafka_group_id[-8:]}"
+    plans = plan_topics(
+        groups=[kafka_group_id],
+        delay_levels=DelayLevels.parse("1s 2s 3s 4s 5s"),
+        namespace=namespace,
+        partitions=1,
+    )
+    with caplog.at_level(logging.DEBUG, "adapter.topics"):
+        created = ensure_topics({"bootstrap.servers": kafka_bootstrap_servers}, plans)
+    assert sum(created.values()) == 7
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    each = [r for r in caplog.records if r.getMessage().startswith("created topic ")]
+    assert len(info) == 1 and info[0].startswith("created 7 topic(s): "), info
+    assert info[0].endswith(" and 4 more"), info
+    assert len(each) == 7 and {r.levelno for r in each} == {logging.DEBUG}
+
+
+def test_kafka_start_on_a_port_another_broker_holds_is_refused(
+    kafka_bootstrap_servers: str,
+) -> None:
+    """``kafka start --port P`` where another broker already listens printed ``127.0.0.1:P``
+    and exited 0: the new node's readiness check met the other broker (its node 1 too),
+    while the new JVM died on "Address already in use". Clients then used the other one."""
+    import subprocess
+    import sys
+
+    port = kafka_bootstrap_servers.split(",", maxsplit=1)[0].rsplit(":", 1)[1]
+    name = f"taken-{port}-{_free_port()}"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    try:
+        started = cli("start", "--port", port)
+        assert started.returncode != 0, (started.stdout, started.stderr[-2000:])
+        assert started.stdout == ""
+        assert f"port {port} is already in use" in started.stderr, started.stderr[-2000:]
     finally:
         cli("stop")

@@ -10,6 +10,7 @@ metadata wait for a topic that is not visible yet, and the threads all this runs
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -693,3 +694,43 @@ def test_sends_linger_5_ms_unless_configured_and_a_sync_send_flushes_its_record(
     assert flushed_on and flushed_on[0] is threading.current_thread()
     with producer(FakeKafka(), {"linger.ms": 0}) as p:
         assert p.client.config["linger.ms"] == 0
+
+
+class _FixedClock:
+    """A wall clock that stands still (the delay warnings compare against ``now_ms``)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self._now_ms = now_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def test_a_clamped_level_and_a_past_delivery_time_are_logged_once_per_producer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``delay_time_level=99`` became 2 h without a word; a warning per send would flood a
+    loop that sends many such messages, so each kind is logged once per producer."""
+    now = 1_800_000_000_000
+    fake = FakeKafka()
+    with (
+        caplog.at_level(logging.WARNING, "adapter.producer"),
+        producer(fake, clock=_FixedClock(now), auto_create_delay_topics=False) as p,
+    ):
+        for _ in range(3):
+            p.send(Message(topic="orders", body=b"x", delay_time_level=99))
+            p.send(Message(topic="orders", body=b"x", deliver_time_ms=now - 1500))
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [line for line in lines if "delay_time_level=99" in line] == [
+        "delay_time_level=99 is above the highest level 18 (2h); clamped to 18 "
+        "(logged once per producer)"
+    ]
+    assert [line for line in lines if "in the past" in line] == [
+        "deliver_time_ms=1799999998500 is 1500 ms in the past; delivered at once "
+        "(logged once per producer)"
+    ]
+    assert len(fake.produced) == 6  # kept, as RocketMQ keeps them
+    assert fake.produced[0].topic.endswith("L18-2h")

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from adapter.constants import MAX_BLOCK_MS
 from adapter.core import naming
-from adapter.errors import AdapterError, UnknownTopicError
+from adapter.errors import AdapterError, BrokerUnavailableError, UnknownTopicError
 from adapter.io.errors import client_error
 
 #: librdkafka's default ``topic.metadata.propagation.max.ms``.
@@ -157,7 +157,13 @@ class TopicLookup:
                 reraise=True,
             )(ask)
         except KafkaException as exc:
-            raise client_error(exc, what=f"metadata for topic {logical!r}") from exc
+            error = client_error(exc, what=f"metadata for topic {logical!r}")
+            if isinstance(error, BrokerUnavailableError):  # say where it looked, as the rest do
+                where = self._config.get("bootstrap.servers")
+                error = BrokerUnavailableError(
+                    f"cannot reach any broker at {where} ({error})", kafka_error=error.kafka_error
+                )
+            raise error from exc
         tmd = md.topics.get(kafka_topic)
         err = None if tmd is None else tmd.error
         if tmd is not None and (err is None or err.code() == KafkaError.LEADER_NOT_AVAILABLE):

@@ -520,7 +520,14 @@ class _ServiceLoop:
         apply_assignment(consumer, partitions, self._cooperative)
         if self._pauser is not None:
             self._pauser.forget(tps)
-        log.info("ScheduleService %s assigned %s", self.service.group, tps)
+        # one short line at INFO (the default table alone is 54 partitions); the list at DEBUG
+        log.info(
+            "ScheduleService %s assigned %d partition(s) of %d delay-level topic(s)",
+            self.service.group,
+            len(tps),
+            len({topic for topic, _ in tps}),
+        )
+        log.debug("ScheduleService %s assigned %s", self.service.group, sorted(tps))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
