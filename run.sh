@@ -46,6 +46,9 @@ case "$cmd" in
     ;;
   test)
     setup
+    # the suite's brokers live minutes: the client compiler alone starts them on about half
+    # the CPU (BENCHMARKS.md, "Suite time"); set RMQ_KAFKA_JVM_OPTS= to run them as shipped
+    export RMQ_KAFKA_JVM_OPTS="${RMQ_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}"
     echo "==> ruff"
     "$VENV/bin/ruff" check adapter tests
     # mypy runs beside pytest (it needs no broker); its verdict is checked at the end

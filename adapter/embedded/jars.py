@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -22,12 +23,14 @@ from adapter.errors import AdapterError, ConfigError
 
 __all__ = [
     "HOME_ENV",
+    "JVM_OPTS_ENV",
     "KAFKA_VERSION",
     "EmbeddedKafkaError",
     "copy_maven_dependencies",
     "ensure_jars",
     "file_lock",
     "file_tail",
+    "jvm_options",
     "kafka_home",
     "kafka_version",
     "lib_dir",
@@ -43,6 +46,9 @@ KAFKA_VERSION = "4.4.0"
 OLDEST_SUPPORTED_KAFKA = "4.2.0"
 HOME_ENV = "RMQ_KAFKA_HOME"
 VERSION_ENV = "RMQ_KAFKA_VERSION"
+#: Extra JVM options for every embedded node and its storage format (``./run.sh test`` sets
+#: ``-XX:TieredStopAtLevel=1``: short-lived test brokers start on half the CPU).
+JVM_OPTS_ENV = "RMQ_KAFKA_JVM_OPTS"
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 _MARKER = ".rmq-kafka-complete"
@@ -67,6 +73,15 @@ def kafka_home(home: str | os.PathLike[str] | None = None) -> Path:
     if env:
         return Path(env).expanduser().resolve()
     return (Path.home() / ".cache" / "rmq-kafka").resolve()
+
+
+def jvm_options() -> list[str]:
+    """``$RMQ_KAFKA_JVM_OPTS``, split as a shell would (none by default)."""
+    value = os.environ.get(JVM_OPTS_ENV, "")
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise ConfigError(JVM_OPTS_ENV, value, f"cannot be split into options ({exc})") from exc
 
 
 def kafka_version() -> str:
