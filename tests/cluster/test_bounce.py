@@ -22,12 +22,17 @@ from adapter.core import naming
 from adapter.embedded import EmbeddedKafka
 from adapter.services.schedule import DeliveryGuarantee
 from tests.support.bounce import Report, Workload
+from tests.support.raw_txn import RawTransactionLoop
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 WARMUP_S = 6.0
 SETTLE_S = 6.0
 EOS, ALO = DeliveryGuarantee.EXACTLY_ONCE, DeliveryGuarantee.AT_LEAST_ONCE
+#: how much later than raw confluent-kafka's transactional loop exactly-once forwarding may
+#: resume after their coordinator's node is killed (an abort and a fresh producer, when a
+#: forward's record timed out while the raw loop's did not)
+RAW_MARGIN_S = 8.0
 
 
 @pytest.fixture
@@ -166,29 +171,52 @@ def test_frozen_broker(
 @pytest.mark.timeout(600)
 def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
     resumed: list[float] = []
+    raw_resumed: list[float | None] = []
 
     def bounce(work: Workload) -> None:
-        coordinator = kafka_cluster.transaction_coordinator(work.transactional_id)
-        before = work.service.stats.transactions_committed
-        node = kafka_cluster.node(coordinator)
-        node.kill()
-        killed = time.monotonic()
-        deadline = killed + 60
-        # the forwarding stream (about 5 entries a second) must move on: the first
-        # transaction committed after the kill
-        while work.service.stats.transactions_committed <= before and time.monotonic() < deadline:
-            time.sleep(0.02)
-        resumed.append(time.monotonic() - killed)
+        # the baseline in the same run: raw confluent-kafka, same coordinator, same kill
+        raw = RawTransactionLoop(
+            kafka_cluster.bootstrap_servers, cluster_topics("raw-twin", 3), 3, work.transactional_id
+        ).start()
+        try:
+            started = time.monotonic() + 60
+            while not raw.commits and time.monotonic() < started:
+                time.sleep(0.05)
+            assert raw.commits, f"the raw transactional loop never committed: {raw.errors[:5]}"
+            coordinator = kafka_cluster.transaction_coordinator(work.transactional_id)
+            assert kafka_cluster.transaction_coordinator(raw.transactional_id) == coordinator
+            before = work.service.stats.transactions_committed
+            node = kafka_cluster.node(coordinator)
+            node.kill()
+            killed = time.monotonic()
+            deadline = killed + 60
+            # the forwarding stream (about 5 entries a second) must move on: the first
+            # transaction committed after the kill
+            while not resumed and time.monotonic() < deadline:
+                if work.service.stats.transactions_committed > before:
+                    resumed.append(time.monotonic() - killed)
+                time.sleep(0.02)
+            resumed.append(float("inf"))  # (only read when the loop above found none)
+            while raw.resumed_after(killed) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            raw_resumed.append(raw.resumed_after(killed))
+        finally:
+            raw.stop()
         node.start()
         kafka_cluster.wait_in_sync()
 
     work, report = _run(kafka_cluster, cluster_topics, EOS, bounce)
-    print(f"BOUNCE exactly-once forwarding resumed {resumed[0]:.1f} s after its coordinator died")
+    raw_s = raw_resumed[0]
+    print(
+        f"BOUNCE exactly-once forwarding resumed {resumed[0]:.1f} s after its coordinator died;"
+        " raw confluent-kafka's transactional loop on the same coordinator"
+        f" {'never' if raw_s is None else f'{raw_s:.1f} s'}"
+    )
     _assert_nothing_lost(work, report)
-    # the floor is the cluster's own failover: the dead node's partitions get new leaders
-    # 6.7-8.1 s after a kill -9 here (broker.session.timeout.ms 6 s). A transaction with
-    # a record on one of them waits for that, or its records time out (10 s), the abort is
-    # refused (INVALID_TXN_STATE) and a fresh producer takes over. Measured: 7.3, 8.6, 12.6
-    # and 15.5 s (the old 15 s watchdog: 17.2 and 18.6 s). This bound catches a stall, not
-    # the improvement; the 10 s is met only when no record went to the dead node.
-    assert resumed[0] < 20.0
+    # the floor is the cluster's own failover, which raw confluent-kafka meets too: the
+    # coordinator's partition gets a new leader, which loads the transaction log, and a
+    # transaction whose partitions could not be added meanwhile has its records time out
+    # (transaction.timeout.ms) and is aborted. So the bound is relative to the raw loop
+    # that lost the same coordinator in the same run (BENCHMARKS.md, "Cluster failover").
+    assert raw_s is not None, "raw confluent-kafka's transactions never resumed: the cluster"
+    assert resumed[0] <= raw_s + RAW_MARGIN_S, (resumed[0], raw_s)

@@ -392,8 +392,7 @@ class Workload:
                 f"{t}[{p}]": o for (t, p), o in session.committed(self.group).items()
             }
             out["retry_ends"] = {
-                f"[{p}]": session.watermarks([(retry, p)], "ends")
-                for p in range(PARTITIONS)
+                f"[{p}]": session.watermarks([(retry, p)], "ends") for p in range(PARTITIONS)
             }
         return out
 
