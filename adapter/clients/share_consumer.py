@@ -43,7 +43,6 @@ from adapter.clients.share_view import ShareMessageView, share_view_of
 from adapter.clients.simple_consumer import SimpleConsumer
 from adapter.clients.simple_options import (
     BACKENDS,
-    MAX_AWAIT_DURATION_S,
     SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
@@ -78,6 +77,7 @@ from adapter.errors import (
     ClientClosedError,
     ConfigError,
     InvalidInputError,
+    UnackedLimitError,
 )
 from adapter.io.config import build_options, check_int, producer_config
 from adapter.io.topics import ensure_topics, plan_topics
@@ -116,7 +116,8 @@ class ShareOptions(SimpleOptions):
     start; ``None`` keeps the group's, broker default 30 s) and ``max_delivery_attempts``
     defaulting to :data:`DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS` (the consumer fills it in).
     The classic backend's flow-control options are accepted and have no effect: the
-    broker's locks bound what a member holds."""
+    broker's locks bound what a member holds.  ``max_unacked_messages`` still bounds the
+    received messages held, as on the classic backend (same API, same limit)."""
 
     def __post_init__(self) -> None:
         check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
@@ -332,14 +333,6 @@ class ShareSimpleConsumer(SimpleConsumer):
         return self.start()
 
     # -- receiving -------------------------------------------------------------------------
-    @property
-    def await_duration(self) -> float:
-        return self._await_s
-
-    @await_duration.setter
-    def await_duration(self, value: float | timedelta) -> None:
-        self._await_s = seconds_of("await_duration", value, minimum=0, maximum=MAX_AWAIT_DURATION_S)
-
     def receive(
         self, max_message_num: int, invisible_duration: float | timedelta
     ) -> list[MessageView]:
@@ -361,13 +354,18 @@ class ShareSimpleConsumer(SimpleConsumer):
         state = self._poll
         clock = time.monotonic
         end = clock() + self._await_s
+        limit = self.share_options.max_unacked_messages
         while True:
             with self._lock:
                 self.check_alive()
                 now = clock()
                 state.expire(now)
+                # the same bound as the classic backend (§4.13): held here and not settled
+                unacked = len(state.held)
+                if unacked >= limit:
+                    raise UnackedLimitError(limit, unacked)
                 if state.buffer:
-                    views = state.take(n, invisible_s, now)
+                    views = state.take(min(n, limit - unacked), invisible_s, now)
                     if views:
                         return views
                 idle = not (state.buffer or state.held or state.dead or self._dead_in_flight)
@@ -396,7 +394,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 self._flush_dead_letters()
             if not batch and clock() >= end:
                 with self._lock:
-                    return state.take(n, invisible_s, clock())
+                    return state.take(max(0, min(n, limit - len(state.held))), invisible_s, clock())
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta

@@ -118,11 +118,6 @@ class SimpleOptions:
                 "lock_duration", self.lock_duration, "only with backend='share' (record locks)"
             )
         check_int("max_delivery_attempts", self.max_delivery_attempts, minimum=1)
-        check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
-        if self.max_unacked_messages > 1_000_000:
-            raise ConfigError(
-                "max_unacked_messages", self.max_unacked_messages, "must be <= 1000000"
-            )
         check_int("pull_threshold_for_queue", self.pull_threshold_for_queue, minimum=1)
         check_int("pull_threshold_size_for_queue", self.pull_threshold_size_for_queue, minimum=1)
         check_int("consume_concurrently_max_span", self.consume_concurrently_max_span, minimum=1)
@@ -132,6 +127,11 @@ class SimpleOptions:
         """The checks of the options both backends use (the share backend's options are
         this class with its own ``__post_init__``)."""
         seconds_of("await_duration", self.await_duration, minimum=0, maximum=MAX_AWAIT_DURATION_S)
+        check_int("max_unacked_messages", self.max_unacked_messages, minimum=1)
+        if self.max_unacked_messages > 1_000_000:
+            raise ConfigError(
+                "max_unacked_messages", self.max_unacked_messages, "must be <= 1000000"
+            )
         check_int("partitions", self.partitions, minimum=1)
         check_seconds("shutdown_await", self.shutdown_await)
         if self.consume_from_where is not None:

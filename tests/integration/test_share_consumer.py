@@ -1,5 +1,8 @@
 """SimpleConsumer(backend="share") on a real broker's share groups (docs/semantics.md §4.13.1).
 
+Tests whose rule holds on both backends run on both (``[classic]``, ``[share]``); the others
+are about what only share groups do.
+
 Each test uses its own topic and group.  Group locks are short (3-4 s; the embedded broker
 allows 1 s, its ``group.share.min.record.lock.duration.ms``), so expiries take seconds.
 A new member's first fetch takes a few seconds (the group join): deadlines allow for it.
@@ -27,23 +30,20 @@ from adapter.clients.simple_consumer import MessageView, SimpleConsumer
 from adapter.errors import InvalidReceiptHandleError
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
 from tests.support.share_procs import ShareConsumerProcess
+from tests.support.simple_backends import BACKENDS, EXPIRED, LOCK_S, simple_consumer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-LOCK_S = 3.0
 #: The kill test's group session (``share.session.timeout.ms``).
 SESSION_S = 6.0
 
 
-def share(bootstrap: str, topic: str | None, group: str, **options: Any) -> SimpleConsumer:
-    options.setdefault("partitions", 1)
+def share(
+    bootstrap: str, topic: str | None, group: str, backend: str = "share", **options: Any
+) -> SimpleConsumer:
+    """A started consumer (share backend unless told)."""
     options.setdefault("await_duration", 1.0)
-    options.setdefault("lock_duration", LOCK_S)
-    options.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
-    sc = SimpleConsumer({"bootstrap.servers": bootstrap}, group, backend="share", **options)
-    if topic is not None:
-        sc.subscribe(topic)
-    return sc.start()
+    return simple_consumer(backend, bootstrap, topic, group, **options).start()
 
 
 def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
@@ -176,12 +176,13 @@ def test_messages_held_by_a_killed_consumer_come_back_after_the_lock(
     assert came_back < SESSION_S + 10
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_message_never_acked_is_delivered_again_then_dead_lettered(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("share-dlq", partitions=1)
     group = new_group()
-    sc = share(kafka_bootstrap_servers, topic, group, max_delivery_attempts=2)
+    sc = share(kafka_bootstrap_servers, topic, group, backend, max_delivery_attempts=2)
     try:
         (msg_id,) = bodies(kafka_bootstrap_servers, topic, 1)
         first = receive_until(sc, 1, 1)
@@ -248,13 +249,18 @@ def test_change_invisible_duration_within_the_lock_and_refused_beyond(
         sc.shutdown()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_late_ack_double_ack_and_another_consumers_handle(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("share-late", partitions=1)
     group = new_group()
-    sc = share(kafka_bootstrap_servers, topic, group)
-    other = share(kafka_bootstrap_servers, topic, group)
+    sc = share(kafka_bootstrap_servers, topic, group, backend)
+    # classic: a second member of the group would take a partition from ``sc`` (its handles
+    # then fail as revoked, §4.13); any other consumer's handle is refused the same way
+    other = share(
+        kafka_bootstrap_servers, topic, group if backend == "share" else new_group(), backend
+    )
     try:
         ids = bodies(kafka_bootstrap_servers, topic, 2)
         got = sorted(receive_until(sc, 2, 1), key=lambda m: m.body)
@@ -263,15 +269,17 @@ def test_late_ack_double_ack_and_another_consumers_handle(
         sc.ack(got[0])
         sc.ack(got[0])  # harmless
         time.sleep(1.3)
-        with pytest.raises(InvalidReceiptHandleError, match="ran out"):
+        with pytest.raises(InvalidReceiptHandleError, match=EXPIRED[backend]):
             sc.ack(got[1])
         again = receive_until(sc, 1, 2)
         assert [(m.body.decode(), m.delivery_attempt) for m in again] == [(ids[1], 2)]
         sc.ack(again[0])
-        with pytest.raises(InvalidInputError):
-            sc.receive(1, LOCK_S + 1)  # longer than the group's lock
+        if backend == "share":  # the group's lock bounds a receive (§4.13.1); classic: 12 h
+            with pytest.raises(InvalidInputError):
+                sc.receive(1, LOCK_S + 1)  # longer than the group's lock
         assert sc.receive(32, 1) == []
-        assert sc.stats()["acked"] == 2
+        if backend == "share":  # classic stats() are per topic (§4.13)
+            assert sc.stats()["acked"] == 2
     finally:
         other.shutdown()
         sc.shutdown()

@@ -3,6 +3,12 @@
 Every test uses its own topic and group, and waits by polling with deadlines (``receive``
 itself waits up to its ``await_duration``).  Invisible durations are short (1-3 s), the
 adapter's minimum being 1 s.
+
+Tests whose rule holds on both backends run on both (``[classic]``, ``[share]``; the share
+backend's group lock is then long enough for the 30 s invisible durations, which costs no
+time: nothing here crashes while holding).  Assertions about what only the classic backend
+has (committed offsets, the retry topic, partition assignment) are guarded by
+``backend == "classic"``; docs/semantics.md §4.13.1 says why the share backend differs.
 """
 
 from __future__ import annotations
@@ -32,34 +38,43 @@ from tests.support.consumer_helpers import (
     send,
     wait_until,
 )
+from tests.support.simple_backends import BACKENDS, EXPIRED, FAST, simple_consumer
 from tests.support.simple_procs import SimpleConsumerProcess, read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-#: Commit stored offsets often, so tests can watch the committed offset move.
-FAST = {"auto.commit.interval.ms": 100, "auto.offset.reset": "earliest"}
+#: The share group's lock where a test runs on both backends: room for the 30 s invisible
+#: durations (a receive may take up to the lock less two 1 s margins, §4.13.1).
+SHARE_LOCK_S = 33.0
 
 
 def simple(
-    bootstrap: str, topic: str | None, group: str | None = None, **options: Any
+    bootstrap: str,
+    topic: str | None,
+    group: str | None = None,
+    backend: str = "classic",
+    **options: Any,
 ) -> SimpleConsumer:
-    options.setdefault("partitions", 1)
     options.setdefault("await_duration", 2.0)
-    sc = SimpleConsumer({"bootstrap.servers": bootstrap, **FAST}, group or new_group(), **options)
-    if topic is not None:
-        sc.subscribe(topic)
-    return sc
+    options.setdefault("lock_duration", SHARE_LOCK_S)
+    return simple_consumer(backend, bootstrap, topic, group or new_group(), **options)
 
 
 def receive_all(
-    sc: SimpleConsumer, n: int, invisible: float, timeout: float = 30.0
+    sc: SimpleConsumer, n: int, invisible: float, timeout: float = 30.0, *, ack: bool = False
 ) -> list[MessageView]:
-    """Receive until ``n`` messages came (fails after ``timeout``)."""
+    """Receive until ``n`` messages came (fails after ``timeout``).  On the share backend
+    a receive waits while the previous poll's messages are held (§4.13.1): to receive more
+    than one poll, acknowledge each (``ack``)."""
     out: list[MessageView] = []
     deadline = time.monotonic() + timeout
     while len(out) < n:
         assert time.monotonic() < deadline, f"received {len(out)} of {n}"
-        out.extend(sc.receive(32, invisible))
+        got = sc.receive(32, invisible)
+        if ack:
+            for m in got:
+                sc.ack(m)
+        out.extend(got)
     return out
 
 
@@ -67,8 +82,9 @@ def body_of(view: MessageView) -> str:
     return view.body.decode()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_receive_gives_the_message_view_and_ack_moves_the_committed_offset(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc", partitions=2)
     before_ms = int(time.time() * 1000)
@@ -85,8 +101,8 @@ def test_receive_gives_the_message_view_and_ack_moves_the_committed_offset(
             for i in range(6)
         ],
     )
-    with simple(kafka_bootstrap_servers, topic) as sc:
-        views = receive_all(sc, 6, 30)
+    with simple(kafka_bootstrap_servers, topic, backend=backend) as sc:
+        views = receive_all(sc, 6, 30, ack=True)
         assert sorted(body_of(v) for v in views) == [f"m{i}" for i in range(6)]
         v = views[0]
         assert v.topic == topic and v.tag == "TagA" and "k1" in v.keys
@@ -95,7 +111,10 @@ def test_receive_gives_the_message_view_and_ack_moves_the_committed_offset(
         assert v.born_timestamp is not None and v.born_timestamp >= before_ms - 1000
         assert v.receipt_handle and v.message.queue_offset >= 0
         for view in views:
-            sc.ack(view)
+            sc.ack(view)  # again: harmless
+        if backend == "share":  # no committed offsets: the broker keeps each record's state
+            assert sc.receive(32, 30) == []
+            return
         conf = {"bootstrap.servers": kafka_bootstrap_servers}
         ends = end_offsets(conf, topic)
         seen: list[dict[int, int]] = []
@@ -117,12 +136,13 @@ def test_receive_gives_the_message_view_and_ack_moves_the_committed_offset(
         assert sc.receive(32, 30) == []
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_an_unacked_message_comes_back_after_its_invisible_duration_with_one_more_attempt(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc")
     produce(kafka_bootstrap_servers, topic, ["only"])
-    with simple(kafka_bootstrap_servers, topic) as sc:
+    with simple(kafka_bootstrap_servers, topic, backend=backend) as sc:
         t0 = time.monotonic()
         [first] = receive_all(sc, 1, 2.0)
         again: list[MessageView] = []
@@ -133,9 +153,10 @@ def test_an_unacked_message_comes_back_after_its_invisible_duration_with_one_mor
         [second] = again
         assert body_of(second) == "only" and second.delivery_attempt == 2
         assert second.topic == topic  # the original topic, though read from the retry topic
-        assert second.message.kafka_topic == retry_kafka_topic(sc.consumer_group)
+        if backend == "classic":  # share: the record itself is released (§4.13.1)
+            assert second.message.kafka_topic == retry_kafka_topic(sc.consumer_group)
         assert second.message_id == first.message_id
-        with pytest.raises(InvalidReceiptHandleError, match="expired"):
+        with pytest.raises(InvalidReceiptHandleError, match=EXPIRED[backend]):
             sc.ack(first)
         sc.ack(second)
         assert sc.receive(32, 30) == []  # acknowledged: it does not come back
@@ -209,12 +230,13 @@ def test_change_invisible_duration_postpones_and_replaces_the_handle(
         sc.ack(m_later)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_ack_stops_redelivery_and_acking_twice_is_harmless(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc")
     produce(kafka_bootstrap_servers, topic, ["a", "b"])
-    with simple(kafka_bootstrap_servers, topic, await_duration=3.5) as sc:
+    with simple(kafka_bootstrap_servers, topic, await_duration=3.5, backend=backend) as sc:
         views = receive_all(sc, 2, 1.0)
         for v in views:
             sc.ack(v)
@@ -229,13 +251,14 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_dlq_after_max_delivery_attempts(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc")
     produce(kafka_bootstrap_servers, topic, ["poison", "fine"])
     conf = {"bootstrap.servers": kafka_bootstrap_servers}
-    with simple(kafka_bootstrap_servers, topic, max_delivery_attempts=3) as sc:
+    with simple(kafka_bootstrap_servers, topic, max_delivery_attempts=3, backend=backend) as sc:
         attempts: list[int] = []
         deadline = time.monotonic() + 40
         while len(attempts) < 3:
@@ -254,6 +277,8 @@ def test_the_dlq_after_max_delivery_attempts(
         assert dead.text("DLQ_ORIGIN_TOPIC") == topic
         assert dead.text("RMQ_FAILURE_TYPE") == "InvisibleDurationExpired"
         assert sc.receive(32, 30) == []  # nothing comes back from the DLQ
+        if backend == "share":  # no committed offsets, no retry topic (§4.13.1)
+            return
         retry = retry_kafka_topic(sc.consumer_group)
         wait_until(
             lambda: (
@@ -354,8 +379,9 @@ def test_handles_of_revoked_partitions_become_invalid_and_the_new_owner_reads_th
             assert again == {body_of(v) for v in held if v.message.queue_id in moved}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_async_variants_are_awaitable_and_wait_for_messages(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc")
 
@@ -375,15 +401,16 @@ def test_async_variants_are_awaitable_and_wait_for_messages(
             await sc.receive_async(0, 10)
         return sorted(body_of(v) for v in views)
 
-    with simple(kafka_bootstrap_servers, topic, await_duration=10.0) as sc:
+    with simple(kafka_bootstrap_servers, topic, await_duration=10.0, backend=backend) as sc:
         assert asyncio.run(scenario(sc)) == ["x", "y"]
         # the concurrent.futures side, as RocketMQ's client returns it
         sc.await_duration = 0.5
         assert sc.receive_async(1, 10).result(timeout=15) == []
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_subscriptions_change_while_running_and_tags_filter(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     first, second = kafka_topic_factory("sc"), kafka_topic_factory("sc")
     send(
@@ -391,7 +418,9 @@ def test_subscriptions_change_while_running_and_tags_filter(
         [Message(topic=first, body=b"a", tags="A"), Message(topic=first, body=b"b", tags="B")],
     )
     produce(kafka_bootstrap_servers, second, ["s"])
-    sc = simple(kafka_bootstrap_servers, None, subscription={first: FilterExpression("A")})
+    sc = simple(
+        kafka_bootstrap_servers, None, subscription={first: FilterExpression("A")}, backend=backend
+    )
     with sc:
         [a] = receive_all(sc, 1, 30)
         assert body_of(a) == "a"
@@ -401,24 +430,28 @@ def test_subscriptions_change_while_running_and_tags_filter(
         assert body_of(s) == "s" and s.topic == second
         sc.ack(s)
         sc.unsubscribe(first)
+        # (share: ``assignment`` is always empty, §4.13.1)
         wait_until(lambda: all(t != first for t, _ in sc.assignment), what="first revoked")
         assert sc.subscriptions == {second: "*"}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_bounds_and_bad_input_name_the_value(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str
 ) -> None:
     topic = kafka_topic_factory("sc")
     with pytest.raises(ClientClosedError, match="startup"):
-        simple(kafka_bootstrap_servers, topic).receive(1, 10)
+        simple(kafka_bootstrap_servers, topic, backend=backend).receive(1, 10)
     with pytest.raises(ConfigError, match="max_unacked_messages=0"):
-        simple(kafka_bootstrap_servers, topic, max_unacked_messages=0)
+        simple(kafka_bootstrap_servers, topic, max_unacked_messages=0, backend=backend)
     with pytest.raises(ConfigError, match=r"group\.id"):
-        SimpleConsumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"}, "y")
+        SimpleConsumer(
+            {"bootstrap.servers": kafka_bootstrap_servers, "group.id": "x"}, "y", backend=backend
+        )
     produce(kafka_bootstrap_servers, topic, new_ids(5))
     with (
-        simple(kafka_bootstrap_servers, topic, max_unacked_messages=3) as sc,
-        simple(kafka_bootstrap_servers, topic) as other,
+        simple(kafka_bootstrap_servers, topic, max_unacked_messages=3, backend=backend) as sc,
+        simple(kafka_bootstrap_servers, topic, backend=backend) as other,
     ):
         for bad, field in [
             ((0, 10), "max_message_num=0"),
@@ -440,7 +473,7 @@ def test_bounds_and_bad_input_name_the_value(
         sc.ack(views[0])
         assert len(sc.receive(32, 30)) == 1  # room for one more
     with (
-        simple(kafka_bootstrap_servers, None) as empty,
+        simple(kafka_bootstrap_servers, None, backend=backend) as empty,
         pytest.raises(InvalidInputError, match="subscription"),
     ):
         empty.receive(1, 10)
