@@ -30,7 +30,7 @@ from adapter.core.routing import MessageModel
 from adapter.core.trace import TraceSink
 from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import check_int, check_seconds
+from adapter.io.config import check_int, check_port, check_seconds
 from adapter.io.loop import ErrorCallback
 
 __all__ = ["PushConsumerOptions", "PushConsumerSettings", "timestamp_ms"]
@@ -178,10 +178,7 @@ class PushConsumerSettings:
             self.circuit_breaker, CircuitBreaker
         ):
             raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
-        if self.metrics_port is not None:
-            check_int("metrics_port", self.metrics_port, minimum=0)
-            if self.metrics_port > 65535:
-                raise ConfigError("metrics_port", self.metrics_port, "must be <= 65535")
+        check_port("metrics_port", self.metrics_port)
 
     @property
     def levels(self) -> DelayLevels:

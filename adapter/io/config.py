@@ -159,6 +159,16 @@ def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_port(name: str, value: Any) -> int | None:
+    """A TCP port to listen on (0: any free one), or None."""
+    if value is None:
+        return None
+    check_int(name, value, minimum=0)
+    if value > 65535:
+        raise ConfigError(name, value, "must be <= 65535")
+    return int(value)
+
+
 def check_seconds(name: str, value: Any, *, positive: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(name, value, "must be a number of seconds")

@@ -340,3 +340,15 @@ def test_repeated_librdkafka_lines_are_written_once_then_summarised(
     assert texts[1].endswith("(29 more like it in the last 30 s)")
     assert len(texts) == 3 and "Authentication failed" in texts[2]
     assert all(r.levelno == logging.WARNING for r in caplog.records)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, "9100", True])
+def test_a_bad_metrics_port_names_the_field_for_every_client(port: object) -> None:
+    from adapter.clients.push_options import PushConsumerSettings
+    from adapter.services.schedule.options import ScheduleServiceSettings
+
+    for settings in (PushConsumerSettings, ScheduleServiceSettings):
+        with pytest.raises(ConfigError, match="metrics_port"):
+            settings(metrics_port=port)  # type: ignore[arg-type]
+    assert PushConsumerSettings(metrics_port=0).metrics_port == 0
+    assert ScheduleServiceSettings(metrics_port=65535).metrics_port == 65535

@@ -16,7 +16,7 @@ from adapter.core.stats import Histogram, LatencySummary, Reservoir
 from adapter.core.trace import TraceSink
 from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import check_int, check_seconds
+from adapter.io.config import check_int, check_port, check_seconds
 from adapter.io.loop import ErrorCallback
 
 __all__ = [
@@ -119,10 +119,7 @@ class ScheduleServiceSettings:
             naming.schedule_topic(1, self.levels, self.namespace)  # refuses a bad namespace
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
-        if self.metrics_port is not None:
-            check_int("metrics_port", self.metrics_port, minimum=0)
-            if self.metrics_port > 65535:
-                raise ConfigError("metrics_port", self.metrics_port, "must be <= 65535")
+        check_port("metrics_port", self.metrics_port)
 
     @property
     def levels(self) -> DelayLevels:
