@@ -74,13 +74,14 @@ from adapter.core.message import FetchedRun, MessageExt, split_fetch
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
-from adapter.io.config import require_setting
+from adapter.io.config import admin_config, require_setting
 from adapter.io.errors import FatalErrorWatch, client_error, make_client
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import (
     apply_assignment,
     consume_available,
+    held_by_no_member,
     is_cooperative,
     refresh_if_any_exists,
 )
@@ -203,6 +204,8 @@ class GroupConsumer:
         #: keep ``lag()`` fresh (metrics turn it on)
         self.track_lag = False
         self.lag_tracker = LagTracker(config, what=name, admin_factory=admin_factory)
+        self._admin_factory = admin_factory
+        self._admin: Any = None  # created when a subscribed topic looks orphaned
         #: forced offset resets from the control topic (set by the kind before ``open()``)
         self.resets: ResetReceiver | None = None
         #: the circuit breaker's state on the control topic (set by the kind before ``open()``)
@@ -271,12 +274,7 @@ class GroupConsumer:
         # before subscribing: what is sent from now on is read, even to a topic created later
         self.starts.take_ends(self._consumer, topics)
         if self.settings.clustering:
-            self._consumer.subscribe(
-                topics,
-                on_assign=self._guard(self._on_assign),
-                on_revoke=self._guard(self._on_revoke),
-                on_lost=self._guard(self._on_lost),
-            )
+            self._subscribe()
         else:
             store = LocalFileOffsetStore(
                 self.settings.offset_store_dir, self.group, self.settings.instance_name
@@ -291,6 +289,10 @@ class GroupConsumer:
         ``filters`` maps every Kafka topic to read (the retry topic included) to its tag
         filter.  Partitions of topics left out are revoked the usual way."""
         self._set_filters(filters)
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        """Subscribe the consumer to every topic of :attr:`filters` (again: a rebalance)."""
         self._consumer.subscribe(
             list(self.filters),
             on_assign=self._guard(self._on_assign),
@@ -338,7 +340,7 @@ class GroupConsumer:
         if watch is not None:
             unheld = watch.due(now, self.filters, self.assignment)
             if unheld:
-                refresh_if_any_exists(self._consumer, unheld, LOOKUP_TIMEOUT_S, self.name)
+                self._look_again(unheld, watch.repeated)
 
     def close(self) -> None:
         if self.resets is not None:
@@ -615,6 +617,29 @@ class GroupConsumer:
             consumer.incremental_assign(new)
             log.info("%s reads %s", self.name, sorted((p.topic, p.partition) for p in new))
         broadcast.persist()
+
+    def _look_again(self, unheld: list[str], repeated: list[str]) -> None:
+        """Subscribed topics this member holds nothing of (:mod:`adapter.core.subscription`):
+        refresh the metadata; a topic that exists, was unheld at the check before too and
+        is held by no member of the group makes this member subscribe again (a rebalance
+        that includes it)."""
+        existing = refresh_if_any_exists(self._consumer, unheld, LOOKUP_TIMEOUT_S, self.name)
+        stuck = [t for t in existing if t in repeated]
+        if not stuck:
+            return
+        if self._admin is None:
+            self._admin = make_client(
+                self._admin_factory, admin_config(self._config), what=f"{self.name} admin client"
+            )
+        orphaned = held_by_no_member(self._admin, self.group, stuck, LOOKUP_TIMEOUT_S)
+        if orphaned:
+            log.warning(
+                "%s: subscribed topic(s) %s exist but no member of the group holds any of "
+                "their partitions: subscribing again so that the group takes them",
+                self.name,
+                orphaned,
+            )
+            self._subscribe()
 
     def _rediscover(self) -> None:
         try:

@@ -11,6 +11,12 @@ consumer's full metadata is refreshed, which makes librdkafka compare the subscr
 the cluster again and rejoin if the group's view was out of date (when it was not, nothing
 happens).  A member of a group with more members than a topic has partitions holds none of
 it by design: the check then costs one metadata request per interval, no rebalance.
+
+The refresh is not always enough: under broker bounces a cooperative member was seen to
+know the topic and still leave it out of the group's assignment for minutes (every check's
+refresh found nothing new to compare).  So a topic found unheld at two checks in a row
+(:attr:`SubscriptionWatch.repeated`) is asked about at the group: when no member holds any
+partition of it, the member subscribes again, which makes the group rebalance with it.
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ class SubscriptionWatch:
     topics of which ``assignment`` holds no partition (the first interval starts at the
     first call, so a member that has just joined is left alone)."""
 
-    __slots__ = ("every_s", "next_at")
+    __slots__ = ("_last", "every_s", "next_at", "repeated")
 
     def __init__(self, every_s: float) -> None:
         if every_s <= 0:
             raise ConfigError("every_s", every_s, "must be positive")
         self.every_s = every_s
         self.next_at: float | None = None
+        #: the topics the last check found unheld that the check before found unheld too
+        self.repeated: list[str] = []
+        self._last: set[str] = set()
 
     def pending(self, now: float) -> bool:
         """Whether :meth:`due` would do anything at ``now`` (cheap: no assignment needed)."""
@@ -49,4 +58,7 @@ class SubscriptionWatch:
             return []
         self.next_at = now + self.every_s
         held = {topic for topic, _ in assignment}
-        return sorted(t for t in set(subscribed) if t not in held)
+        unheld = sorted(t for t in set(subscribed) if t not in held)
+        self.repeated = [t for t in unheld if t in self._last]
+        self._last = set(unheld)
+        return unheld

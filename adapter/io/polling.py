@@ -29,26 +29,48 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
     return msgs
 
 
-def refresh_if_any_exists(consumer: Any, topics: list[str], timeout: float, name: str) -> None:
+def refresh_if_any_exists(consumer: Any, topics: list[str], timeout: float, name: str) -> list[str]:
     """Subscribed ``topics`` the member holds no partition of: when one of them exists,
     refresh the consumer's whole metadata, which makes librdkafka compare the subscription
     with the cluster again (a rejoin only when the group's view was out of date; see
-    :mod:`adapter.core.subscription`).  A failed lookup is logged and left for the next
-    check."""
+    :mod:`adapter.core.subscription`).  Returns the ones that exist.  A failed lookup is
+    logged and left for the next check."""
+    existing: list[str] = []
     try:
         for topic in topics:
             tmd = consumer.list_topics(topic=topic, timeout=timeout).topics.get(topic)
             if tmd is not None and tmd.error is None and tmd.partitions:
-                log.debug(
-                    "%s: subscribed topic %s exists and this member holds none of it: "
-                    "refreshing the group's metadata",
-                    name,
-                    topic,
-                )
-                consumer.list_topics(timeout=timeout)
-                return
+                existing.append(topic)
+        if existing:
+            log.debug(
+                "%s: subscribed topic(s) %s exist and this member holds none of them: "
+                "refreshing the group's metadata",
+                name,
+                existing,
+            )
+            consumer.list_topics(timeout=timeout)
     except KafkaException as exc:
         log.debug("%s: looking up subscribed topics failed: %s", name, exc)
+    return existing
+
+
+def held_by_no_member(admin: Any, group: str, topics: list[str], timeout: float) -> list[str]:
+    """The ``topics`` of which no member of ``group`` holds a partition, by the group's
+    own description (empty when the group cannot be described now)."""
+    try:
+        desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(
+            timeout=timeout + 5
+        )
+    except KafkaException as exc:
+        log.debug("describing group %s failed: %s", group, exc)
+        return []
+    held = {
+        tp.topic
+        for m in desc.members or ()
+        if m.assignment is not None
+        for tp in m.assignment.topic_partitions or ()
+    }
+    return [t for t in topics if t not in held]
 
 
 def is_cooperative(config: dict[str, Any]) -> bool:

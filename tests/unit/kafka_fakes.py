@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaException, Message, TopicPartition
@@ -54,6 +55,7 @@ class FakeConsumer:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.subscribed: list[str] = []
+        self.subscribe_calls = 0
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.queue: list[Message] = []
         #: the group's committed offsets (what ``committed()`` answers)
@@ -84,6 +86,7 @@ class FakeConsumer:
         on_lost: Any = None,
     ) -> None:
         self.subscribed = list(topics)
+        self.subscribe_calls += 1
         self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
@@ -227,6 +230,9 @@ class FakeAdmin:
         self.ends: dict[TP, tuple[int, int]] = {}
         self.requests = 0
         self.hold = False
+        #: what each member of the group holds (what ``describe_consumer_groups`` answers)
+        self.members: list[list[TP]] = []
+        self.describes = 0
 
     def list_offsets(self, topic_partition_offsets: Any, **kwargs: Any) -> dict[Any, Any]:
         self.requests += 1
@@ -237,6 +243,22 @@ class FakeAdmin:
             if not self.hold:
                 future.set_result(_Offset(low if type(spec).__name__ == "EarliestSpec" else high))
             out[tp] = future
+        return out
+
+
+    def describe_consumer_groups(self, groups: list[str], **kwargs: Any) -> dict[str, Any]:
+        self.describes += 1
+        members = [
+            SimpleNamespace(
+                assignment=SimpleNamespace(topic_partitions=[TopicPartition(*tp) for tp in held])
+            )
+            for held in self.members
+        ]
+        out: dict[str, Any] = {}
+        for group in groups:
+            future: Future[Any] = Future()
+            future.set_result(SimpleNamespace(members=members))
+            out[group] = future
         return out
 
 

@@ -282,3 +282,38 @@ def _admin_with_ends(config: dict[str, Any]) -> FakeAdmin:
     admin = FakeAdmin(config)
     admin.ends[(TOPIC, 0)] = (0, 10)
     return admin
+
+
+@pytest.mark.parametrize("held_elsewhere", [False, True], ids=["orphaned", "held_elsewhere"])
+def test_a_subscribed_topic_nobody_holds_makes_the_member_subscribe_again(
+    held_elsewhere: bool,
+) -> None:
+    """Under broker bounces a member knew its retry topic and still left it out of the
+    group's assignment for minutes (a metadata refresh changed nothing): found unheld at two
+    checks in a row and held by no member of the group, the member subscribes again (a
+    rebalance that takes it). Held by another member (more members than partitions), it
+    is left alone."""
+    from adapter.constants import SUBSCRIPTION_CHECK_S
+
+    m = Member(existing={(TOPIC, 0): (0, 0)})
+    m.group.open()
+    retry = m.topics.retry_kafka
+    m.consumer.topics[retry] = 1  # the retry topic exists ...
+    m.consumer.rebalance("assign", [(TOPIC, 0)])  # ... but the group left it out
+    members = [[(TOPIC, 0)]] + ([[(retry, 0)]] if held_elsewhere else [])
+    m.admins.setup = lambda admin: setattr(admin, "members", members)
+    calls = m.consumer.subscribe_calls
+    m.clock.advance(SUBSCRIPTION_CHECK_S)
+    m.steps(1)  # the first check: a metadata refresh only
+    m.clock.advance(SUBSCRIPTION_CHECK_S)
+    m.steps(1)
+    assert m.admins.made == []
+    m.clock.advance(SUBSCRIPTION_CHECK_S)
+    m.steps(1)  # unheld at two checks in a row: the group is asked
+    [admin] = m.admins.made
+    assert admin.describes == 1
+    if held_elsewhere:
+        assert m.consumer.subscribe_calls == calls
+    else:
+        assert m.consumer.subscribe_calls > calls
+        assert set(m.consumer.subscribed) == {TOPIC, retry}

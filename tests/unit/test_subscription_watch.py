@@ -49,3 +49,18 @@ def test_pending_says_when_due_would_act() -> None:
     assert watch.pending(5.0)
     assert watch.due(5.0, ["r"], []) == ["r"]
     assert not watch.pending(5.0)
+
+
+def test_repeated_names_the_topics_unheld_at_two_checks_in_a_row() -> None:
+    watch = SubscriptionWatch(5.0)
+    watch.due(0.0, [], [])
+    assert watch.due(5.0, ["a", "r"], [("a", 0)]) == ["r"]
+    assert watch.repeated == []  # the first time: a refresh may be enough
+    assert watch.due(10.0, ["a", "r"], [("a", 0)]) == ["r"]
+    assert watch.repeated == ["r"]
+    assert watch.due(15.0, ["a", "r"], [("a", 0), ("r", 1)]) == []
+    assert watch.repeated == []  # taken meanwhile
+    assert watch.due(20.0, ["a", "r"], [("a", 0)]) == ["r"]
+    assert watch.repeated == []  # unheld again: counted from the start
+    assert watch.due(22.0, ["a", "r"], [("a", 0)]) == []  # not due: repeated stays
+    assert watch.repeated == []
