@@ -24,6 +24,7 @@ from adapter.bench.producer import producer_scenarios
 from adapter.bench.pull import pull_scenarios
 from adapter.bench.sendback import send_back_scenario
 from adapter.bench.share import share_consumer_scenario
+from adapter.bench.share_scaling import share_scaling_scenarios
 from adapter.services.schedule import DeliveryGuarantee
 
 __all__ = ["ALL", "SCENARIOS", "SPARK_SCENARIO", "ScenarioRun"]
@@ -47,6 +48,7 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "breaker": breaker_scenarios,
     "pull": pull_scenarios,
     "share": _one(share_consumer_scenario),
+    "share-scaling": share_scaling_scenarios,
     "orderly": orderly_scenarios,
     "producer": producer_scenarios,
     "forwarding": forwarding_scenarios,

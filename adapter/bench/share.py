@@ -42,7 +42,8 @@ def share_consumer_scenario(bench: Bench, size: int = 100) -> Scenario:
     return sc
 
 
-def _earliest_group(bench: Bench, prefix: str) -> str:
+def earliest_share_group(bench: Bench, prefix: str) -> str:
+    """A new share group's name, set to read from the earliest offset."""
     group = f"{prefix}-{uid()}"
     admin = AdminClient(dict[str, Any](bench.config))
     entry = ConfigEntry(
@@ -59,7 +60,7 @@ def _raw_share_loop(bench: Bench, topic: str, n: int) -> tuple[int, float, float
     c: Any = confluent_kafka.ShareConsumer(
         {
             **bench.config,
-            "group.id": _earliest_group(bench, "share-raw"),
+            "group.id": earliest_share_group(bench, "share-raw"),
             "share.acknowledgement.mode": "explicit",
             "max.poll.records": BATCH,
         }

@@ -81,7 +81,7 @@ from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import (
     apply_assignment,
     consume_available,
-    held_by_no_member,
+    held_by_no_other_member,
     is_cooperative,
     refresh_if_any_exists,
 )
@@ -621,8 +621,8 @@ class GroupConsumer:
     def _look_again(self, unheld: list[str], repeated: list[str]) -> None:
         """Subscribed topics this member holds nothing of (:mod:`adapter.core.subscription`):
         refresh the metadata; a topic that exists, was unheld at the check before too and
-        is held by no member of the group makes this member subscribe again (a rebalance
-        that includes it)."""
+        is held by no other member of the group makes this member subscribe again (a
+        rebalance that assigns it)."""
         existing = refresh_if_any_exists(self._consumer, unheld, LOOKUP_TIMEOUT_S, self.name)
         stuck = [t for t in existing if t in repeated]
         if not stuck:
@@ -631,11 +631,14 @@ class GroupConsumer:
             self._admin = make_client(
                 self._admin_factory, admin_config(self._config), what=f"{self.name} admin client"
             )
-        orphaned = held_by_no_member(self._admin, self.group, stuck, LOOKUP_TIMEOUT_S)
+        orphaned = held_by_no_other_member(
+            self._admin, self.group, self._consumer.memberid() or "", stuck, LOOKUP_TIMEOUT_S
+        )
         if orphaned:
             log.warning(
-                "%s: subscribed topic(s) %s exist but no member of the group holds any of "
-                "their partitions: subscribing again so that the group takes them",
+                "%s: subscribed topic(s) %s exist but no other member of the group holds any "
+                "of their partitions, and this one reads none: subscribing again so that the "
+                "group assigns them",
                 self.name,
                 orphaned,
             )

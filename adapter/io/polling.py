@@ -54,9 +54,13 @@ def refresh_if_any_exists(consumer: Any, topics: list[str], timeout: float, name
     return existing
 
 
-def held_by_no_member(admin: Any, group: str, topics: list[str], timeout: float) -> list[str]:
-    """The ``topics`` of which no member of ``group`` holds a partition, by the group's
-    own description (empty when the group cannot be described now)."""
+def held_by_no_other_member(
+    admin: Any, group: str, member_id: str, topics: list[str], timeout: float
+) -> list[str]:
+    """The ``topics`` of which no member of ``group`` but ``member_id`` holds a partition,
+    by the group's own description (empty when the group cannot be described now).  Asked
+    for topics this member holds nothing of: held by nobody, or by this member in the
+    group's view only, the assignment went wrong."""
     try:
         desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(
             timeout=timeout + 5
@@ -67,7 +71,7 @@ def held_by_no_member(admin: Any, group: str, topics: list[str], timeout: float)
     held = {
         tp.topic
         for m in desc.members or ()
-        if m.assignment is not None
+        if m.member_id != member_id and m.assignment is not None
         for tp in m.assignment.topic_partitions or ()
     }
     return [t for t in topics if t not in held]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +32,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _kafka_cli(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rmq-kafka kafka ARGS --name NAME`` in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def _push_consumer_start(address: str) -> None:
@@ -178,27 +191,15 @@ def test_the_schedule_service_logs_its_assignment_in_one_short_line(
 def test_kafka_start_takes_the_port_the_readme_uses() -> None:
     """The README's examples talk to 127.0.0.1:9092-style fixed addresses; ``kafka start``
     only picked free ports."""
-    import subprocess
-    import sys
-
     port = _free_port()
     name = f"port-{port}"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-
     try:
-        started = cli("start", "--port", str(port))
+        started = _kafka_cli(name, "start", "--port", str(port))
         assert started.returncode == 0, started.stderr[-2000:]
         assert started.stdout.strip() == f"127.0.0.1:{port}"
     finally:
-        cli("stop")
+        _kafka_cli(name, "stop")
 
 
 def test_creating_topics_is_one_info_line_and_each_topic_at_debug(
@@ -232,25 +233,13 @@ def test_kafka_start_on_a_port_another_broker_holds_is_refused(
     """``kafka start --port P`` where another broker already listens printed ``127.0.0.1:P``
     and exited 0: the new node's readiness check met the other broker (its node 1 too),
     while the new JVM died on "Address already in use". Clients then used the other one."""
-    import subprocess
-    import sys
-
     port = kafka_bootstrap_servers.split(",", maxsplit=1)[0].rsplit(":", 1)[1]
     name = f"taken-{port}-{_free_port()}"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "adapter.cli", "kafka", *args, "--name", name],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-
     try:
-        started = cli("start", "--port", port)
+        started = _kafka_cli(name, "start", "--port", port)
         assert started.returncode != 0, (started.stdout, started.stderr[-2000:])
         assert started.stdout == ""
         assert f"port {port} is already in use" in started.stderr, started.stderr[-2000:]
     finally:
-        cli("stop")
+        _kafka_cli(name, "stop")

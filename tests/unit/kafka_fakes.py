@@ -230,8 +230,8 @@ class FakeAdmin:
         self.ends: dict[TP, tuple[int, int]] = {}
         self.requests = 0
         self.hold = False
-        #: what each member of the group holds (what ``describe_consumer_groups`` answers)
-        self.members: list[list[TP]] = []
+        #: member id -> what it holds (what ``describe_consumer_groups`` answers)
+        self.members: dict[str, list[TP]] = {}
         self.describes = 0
 
     def list_offsets(self, topic_partition_offsets: Any, **kwargs: Any) -> dict[Any, Any]:
@@ -245,14 +245,14 @@ class FakeAdmin:
             out[tp] = future
         return out
 
-
     def describe_consumer_groups(self, groups: list[str], **kwargs: Any) -> dict[str, Any]:
         self.describes += 1
         members = [
             SimpleNamespace(
-                assignment=SimpleNamespace(topic_partitions=[TopicPartition(*tp) for tp in held])
+                member_id=member_id,
+                assignment=SimpleNamespace(topic_partitions=[TopicPartition(*tp) for tp in held]),
             )
-            for held in self.members
+            for member_id, held in self.members.items()
         ]
         out: dict[str, Any] = {}
         for group in groups:

@@ -27,6 +27,7 @@ def test_registry_names_and_order_are_the_reported_ones() -> None:
         "breaker",
         "pull",
         "share",
+        "share-scaling",
         "orderly",
         "producer",
         "forwarding",

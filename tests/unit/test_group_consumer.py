@@ -284,15 +284,19 @@ def _admin_with_ends(config: dict[str, Any]) -> FakeAdmin:
     return admin
 
 
-@pytest.mark.parametrize("held_elsewhere", [False, True], ids=["orphaned", "held_elsewhere"])
-def test_a_subscribed_topic_nobody_holds_makes_the_member_subscribe_again(
-    held_elsewhere: bool,
+@pytest.mark.parametrize(
+    ("holder", "again"),
+    [(None, True), ("member-1", True), ("member-2", False)],
+    ids=["held_by_nobody", "held_by_this_member_in_the_groups_view_only", "held_by_another"],
+)
+def test_a_subscribed_topic_no_other_member_holds_makes_the_member_subscribe_again(
+    holder: str | None, again: bool
 ) -> None:
-    """Under broker bounces a member knew its retry topic and still left it out of the
-    group's assignment for minutes (a metadata refresh changed nothing): found unheld at two
-    checks in a row and held by no member of the group, the member subscribes again (a
-    rebalance that takes it). Held by another member (more members than partitions), it
-    is left alone."""
+    """Under broker bounces a member knew its retry topic and still read none of it for
+    minutes (a metadata refresh changed nothing): found unheld at two checks in a row and
+    held by no other member of the group, the member subscribes again (a rebalance that
+    assigns it). Held by another member (more members than partitions), it is left
+    alone."""
     from adapter.constants import SUBSCRIPTION_CHECK_S
 
     m = Member(existing={(TOPIC, 0): (0, 0)})
@@ -300,7 +304,9 @@ def test_a_subscribed_topic_nobody_holds_makes_the_member_subscribe_again(
     retry = m.topics.retry_kafka
     m.consumer.topics[retry] = 1  # the retry topic exists ...
     m.consumer.rebalance("assign", [(TOPIC, 0)])  # ... but the group left it out
-    members = [[(TOPIC, 0)]] + ([[(retry, 0)]] if held_elsewhere else [])
+    members: dict[str, list[tuple[str, int]]] = {"member-1": [(TOPIC, 0)]}
+    if holder is not None:
+        members.setdefault(holder, []).append((retry, 0))
     m.admins.setup = lambda admin: setattr(admin, "members", members)
     calls = m.consumer.subscribe_calls
     m.clock.advance(SUBSCRIPTION_CHECK_S)
@@ -312,8 +318,8 @@ def test_a_subscribed_topic_nobody_holds_makes_the_member_subscribe_again(
     m.steps(1)  # unheld at two checks in a row: the group is asked
     [admin] = m.admins.made
     assert admin.describes == 1
-    if held_elsewhere:
-        assert m.consumer.subscribe_calls == calls
-    else:
-        assert m.consumer.subscribe_calls > calls
+    if again:
+        assert m.consumer.subscribe_calls == calls + 1
         assert set(m.consumer.subscribed) == {TOPIC, retry}
+    else:
+        assert m.consumer.subscribe_calls == calls
