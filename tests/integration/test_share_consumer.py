@@ -30,9 +30,22 @@ from adapter.clients.simple_consumer import MessageView, SimpleConsumer
 from adapter.errors import InvalidReceiptHandleError
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
 from tests.support.share_procs import ShareConsumerProcess
-from tests.support.simple_backends import BACKENDS, EXPIRED, LOCK_S, simple_consumer
+from tests.support.simple_backends import (
+    BACKENDS,
+    EXPIRED,
+    LOCK_S,
+    share_backend_unsupported,
+    simple_consumer,
+)
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        share_backend_unsupported(),
+        reason="the share backend needs Kafka 4.3+ (per-group share.delivery.count.limit)",
+    ),
+]
 
 #: The kill test's group session (``share.session.timeout.ms``).
 SESSION_S = 6.0
