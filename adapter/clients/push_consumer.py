@@ -342,11 +342,10 @@ class PushConsumer:
 
     def _settings(self) -> ConsumeSettings:
         opts = self.options
-        given = opts.consume_timestamp
         where, ts = start_rule(
             opts.consume_from_where,
             self._config.get("auto.offset.reset"),
-            None if given is None else timestamp_ms(given),
+            opts.consume_timestamp,
             opts.clock.now_ms(),
         )
         return ConsumeSettings(

@@ -5,7 +5,7 @@ typed (:class:`PushConsumerOptions`) and validated (:class:`PushConsumerSettings
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import Any, TypedDict
 
@@ -25,7 +25,12 @@ from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
 from adapter.core.engine.orderly import SUSPEND_MAX_MS, SUSPEND_MIN_MS, Ordering
 from adapter.core.listener import ListenerMode
-from adapter.core.offsets import ConsumeFromWhere, FlowLimits, consume_from_where_of
+from adapter.core.offsets import (
+    ConsumeFromWhere,
+    FlowLimits,
+    consume_from_where_of,
+    timestamp_ms,
+)
 from adapter.core.routing import MessageModel
 from adapter.core.trace import TraceSink
 from adapter.errors import ConfigError
@@ -192,33 +197,6 @@ class PushConsumerSettings:
             max_bytes=self.pull_threshold_size_for_queue * 1024 * 1024,
             max_span=self.consume_concurrently_max_span,
         )
-
-
-def timestamp_ms(value: int | str | datetime) -> int:
-    """``consume_timestamp`` in epoch ms: an int (epoch ms), a ``datetime`` (naive means
-    UTC) or RocketMQ's ``yyyyMMddHHmmss`` text (UTC)."""
-    if isinstance(value, bool):
-        raise ConfigError("consume_timestamp", value, "expected epoch ms, a datetime or text")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError("consume_timestamp", value, "epoch milliseconds must be >= 0")
-        return value
-    if isinstance(value, datetime):
-        return _datetime_ms(value)
-    if isinstance(value, str):
-        try:
-            return _datetime_ms(datetime.strptime(value, "%Y%m%d%H%M%S"))  # noqa: DTZ007
-        except ValueError:
-            pass
-    raise ConfigError(
-        "consume_timestamp", value, "expected epoch ms, a datetime or 'yyyyMMddHHmmss' (UTC)"
-    )
-
-
-def _datetime_ms(value: datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return int(value.timestamp() * 1000)
 
 
 def _enum(cls: type[Enum], name: str, value: Any) -> Any:

@@ -30,7 +30,6 @@ from typing import Any, Unpack
 
 import confluent_kafka
 
-from adapter.clients.push_consumer import timestamp_ms
 from adapter.clients.share_dead_letters import write_dead_letters
 from adapter.clients.share_group import (
     BROKER_DEFAULT_LOCK_S,
@@ -265,12 +264,11 @@ class ShareSimpleConsumer(SimpleConsumer):
         """Set the group's start rule, delivery limit and (when given) lock duration; read
         the lock duration in force when none was given."""
         opts = self.share_options
-        given = opts.consume_timestamp
         now_ms = self._clock.now_ms()
         where, ts = start_rule(
             opts.consume_from_where,
             self._config.get("auto.offset.reset"),
-            None if given is None else timestamp_ms(given),
+            opts.consume_timestamp,
             now_ms,
         )
         wanted = share_group_configs(where, ts, now_ms, self.delivery_limit, self.lock_duration)

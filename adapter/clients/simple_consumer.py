@@ -25,7 +25,6 @@ from datetime import timedelta
 from typing import Any, Unpack
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
-from adapter.clients.push_consumer import timestamp_ms
 from adapter.clients.simple_options import (
     BACKENDS,
     DEFAULT_AWAIT_DURATION_S,
@@ -349,11 +348,10 @@ class SimpleConsumer:
 
     def _settings(self) -> ConsumeSettings:
         opts = self.options
-        given = opts.consume_timestamp
         where, ts = start_rule(
             opts.consume_from_where,
             self._config.get("auto.offset.reset"),
-            None if given is None else timestamp_ms(given),
+            opts.consume_timestamp,
             self._clock.now_ms(),
         )
         return ConsumeSettings(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 
 from adapter.core.types import TP
@@ -94,19 +95,47 @@ def consume_from_where_of(
 DEFAULT_TIMESTAMP_BACK_MS = 30 * 60 * 1000
 
 
+def timestamp_ms(value: int | str | datetime) -> int:
+    """``consume_timestamp`` in epoch ms: an int (epoch ms), a ``datetime`` (naive means
+    UTC) or RocketMQ's ``yyyyMMddHHmmss`` text (UTC)."""
+    if isinstance(value, bool):
+        raise ConfigError("consume_timestamp", value, "expected epoch ms, a datetime or text")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError("consume_timestamp", value, "epoch milliseconds must be >= 0")
+        return value
+    if isinstance(value, datetime):
+        return _datetime_ms(value)
+    if isinstance(value, str):
+        try:
+            return _datetime_ms(datetime.strptime(value, "%Y%m%d%H%M%S"))  # noqa: DTZ007
+        except ValueError:
+            pass
+    raise ConfigError(
+        "consume_timestamp", value, "expected epoch ms, a datetime or 'yyyyMMddHHmmss' (UTC)"
+    )
+
+
+def _datetime_ms(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp() * 1000)
+
+
 def start_rule(
     value: ConsumeFromWhere | str | None,
     auto_offset_reset: object,
-    consume_timestamp_ms: int | None,
+    consume_timestamp: int | str | datetime | None,
     now_ms: int,
 ) -> tuple[ConsumeFromWhere, int]:
     """A new member's start rule and the timestamp ``CONSUME_FROM_TIMESTAMP`` starts at (the
-    one given, else half an hour before ``now_ms``, as RocketMQ's consumer): what the push
-    consumer and both SimpleConsumer backends start from."""
+    one given, as :func:`timestamp_ms` reads it, else half an hour before ``now_ms``, as
+    RocketMQ's consumer): what the push consumer and both SimpleConsumer backends start
+    from."""
     where = consume_from_where_of(value, auto_offset_reset)
-    if consume_timestamp_ms is None:
-        consume_timestamp_ms = now_ms - DEFAULT_TIMESTAMP_BACK_MS
-    return where, consume_timestamp_ms
+    if consume_timestamp is None:
+        return where, now_ms - DEFAULT_TIMESTAMP_BACK_MS
+    return where, timestamp_ms(consume_timestamp)
 
 
 #: ``end_at_start``'s answer for a partition that did not exist when the member started.

@@ -40,3 +40,13 @@ def test_the_rule_given_wins_over_auto_offset_reset(
 def test_an_unknown_rule_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="consume_from_where"):
         start_rule("FROM_NOWHERE", None, None, NOW)
+
+
+def test_a_given_timestamp_is_read_as_the_user_wrote_it() -> None:
+    from datetime import UTC, datetime
+
+    ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    for given in (ms, "20260101000000", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1)):  # noqa: DTZ001 - naive means UTC
+        assert start_rule("CONSUME_FROM_TIMESTAMP", None, given, NOW)[1] == ms
+    with pytest.raises(ConfigError, match="consume_timestamp"):
+        start_rule("CONSUME_FROM_TIMESTAMP", None, "yesterday", NOW)
