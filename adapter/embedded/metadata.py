@@ -51,7 +51,8 @@ class ClusterMetadata:
         topic as :meth:`partitions` does."""
 
         def leader() -> int | None:
-            p = self.partitions(topic, timeout).get(partition)
+            t = self._metadata(timeout).topics.get(topic)
+            p = None if t is None or t.error is not None else t.partitions.get(partition)
             return None if p is None else int(p.leader)
 
         return self._until(leader, timeout, f"no partition {topic}[{partition}]")
