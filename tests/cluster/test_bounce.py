@@ -176,6 +176,7 @@ def test_frozen_broker(
 def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
     resumed: list[float] = []
     raw_resumed: list[float | None] = []
+    raw_errors: list[str] = []
 
     def bounce(work: Workload) -> None:
         # the baseline in the same run: raw confluent-kafka, same coordinator, same kill
@@ -206,6 +207,7 @@ def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_to
             raw_resumed.append(raw.resumed_after(killed))
         finally:
             raw.stop()
+            raw_errors.extend(raw.errors[:10] + (["hung: killed after 30 s"] if raw.hung else []))
         node.start()
         kafka_cluster.wait_in_sync()
 
@@ -215,6 +217,7 @@ def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_to
         f"BOUNCE exactly-once forwarding resumed {resumed[0]:.1f} s after its coordinator died;"
         " raw confluent-kafka's transactional loop on the same coordinator"
         f" {'never' if raw_s is None else f'{raw_s:.1f} s'}"
+        f"{'; it hung in a call and was killed' if 'hung' in ' '.join(raw_errors) else ''}"
     )
     _assert_nothing_lost(work, report)
     # the floor is the cluster's own failover, which raw confluent-kafka meets too: the
@@ -222,5 +225,8 @@ def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_to
     # transaction whose partitions could not be added meanwhile has its records time out
     # (transaction.timeout.ms) and is aborted. So the bound also follows the raw loop that
     # lost the same coordinator in the same run (BENCHMARKS.md, "Cluster failover").
-    assert raw_s is not None, "raw confluent-kafka's transactions never resumed: the cluster"
-    assert resumed[0] <= max(STALL_BOUND_S, raw_s + RAW_MARGIN_S), (resumed[0], raw_s)
+    # (a raw loop that never resumed, or hung in a librdkafka call and was killed, only
+    # matters when the adapter took longer than STALL_BOUND_S)
+    if resumed[0] > STALL_BOUND_S:
+        assert raw_s is not None, f"raw confluent-kafka's transactions never resumed: {raw_errors}"
+        assert resumed[0] <= raw_s + RAW_MARGIN_S, (resumed[0], raw_s)
