@@ -87,7 +87,8 @@ done
 compose ps
 
 if [ "$demo" = 1 ]; then
-  echo "==> demo: 10 ok and 2 failing messages (each failing one: 3 deliveries, then %DLQ%example)"
+  echo "==> demo: 10 ok and 2 failing messages (each failing one: 3 deliveries, then %DLQ%example;"
+  echo "    on the share group too: 3 deliveries, each after its 5 s lock, then %DLQ%example-share)"
   compose exec -T example-consumer python /opt/example_app/app.py produce --ok 10 --fail 2
 fi
 
@@ -116,6 +117,9 @@ rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME, $RMQ_STACK_BROKERS broker(
   Send messages             $exec_hint python /opt/example_app/app.py produce --ok 10 --fail 2
   Dead letters              $exec_hint rmq-kafka dlq list --group example
                             .venv/bin/rmq-kafka dlq list --group example -b $host_bootstrap
+  Share group (SimpleConsumer, backend="share")
+                            $compose_hint logs -f example-share-consumer
+                            $compose_hint exec example-share-consumer rmq-kafka dlq list --group example-share
   Logs                      $compose_hint logs -f example-consumer
   Stop                      $down_hint   (--volumes: also drop the broker's and Prometheus' data)
 EOF

@@ -34,6 +34,7 @@ from adapter.clients.share_dead_letters import write_dead_letters
 from adapter.clients.share_group import (
     BROKER_DEFAULT_LOCK_S,
     GROUP_LOCK,
+    ResetRefresher,
     configure_share_group,
     share_group_configs,
 )
@@ -183,6 +184,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._upkeep: threading.Thread | None = None
+        self._reset: ResetRefresher | None = None
         self._dead_lettered = self._ack_failures = 0
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
@@ -271,8 +273,18 @@ class ShareSimpleConsumer(SimpleConsumer):
             opts.consume_timestamp,
             now_ms,
         )
-        wanted = share_group_configs(where, ts, now_ms, self.delivery_limit, self.lock_duration)
+        self._reset = ResetRefresher(
+            self._config,
+            self.consumer_group,
+            where,
+            start_ms=now_ms,
+            timestamp_ms=ts,
+            clock=self._clock,
+        )
+        first = self._reset.first()
+        wanted = share_group_configs(first.value, self.delivery_limit, self.lock_duration)
         lock_s = configure_share_group(self._config, self.consumer_group, wanted, self._given)
+        self._reset.start(first)
         if self.lock_duration is None:
             self.lock_duration = lock_s
 
@@ -284,6 +296,8 @@ class ShareSimpleConsumer(SimpleConsumer):
             return
         wait = self.share_options.shutdown_await if timeout is None else timeout
         self._stop.set()
+        if self._reset is not None:
+            self._reset.stop()
         if self._upkeep is not None:
             self._upkeep.join(wait)
         with self._lock:

@@ -8,8 +8,10 @@ member, and may be set before the group has any (docs/semantics.md §4.13.1).
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import confluent_kafka
 from confluent_kafka.admin import (
@@ -21,7 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from adapter.core.offsets import ConsumeFromWhere
-from adapter.core.share import auto_offset_reset, lock_ms
+from adapter.core.share import OffsetReset, lock_ms, offset_reset
 from adapter.errors import ConfigError
 from adapter.io.config import admin_config
 
@@ -30,6 +32,7 @@ __all__ = [
     "GROUP_LIMIT",
     "GROUP_LOCK",
     "GROUP_RESET",
+    "ResetRefresher",
     "configure_share_group",
     "share_group_configs",
 ]
@@ -42,20 +45,23 @@ GROUP_RESET = "share.auto.offset.reset"
 BROKER_DEFAULT_LOCK_S = 30.0
 #: How long an admin request may take (seconds).
 _ADMIN_TIMEOUT_S = 30.0
+#: After a refresh failed, the next try comes this soon (seconds), doubling up to the max.
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.5, 30.0
+
+log = logging.getLogger("adapter.simple")
+
+
+class _Clock(Protocol):
+    def now_ms(self) -> int: ...
 
 
 def share_group_configs(
-    where: ConsumeFromWhere,
-    timestamp_ms: int,
-    now_ms: int,
+    reset: str,
     delivery_limit: int,
     lock_s: float | None,
 ) -> dict[str, str]:
     """The group configs a consumer sets at start (the lock only when it was given)."""
-    wanted = {
-        GROUP_RESET: auto_offset_reset(where, timestamp_ms, now_ms),
-        GROUP_LIMIT: str(delivery_limit),
-    }
+    wanted = {GROUP_RESET: reset, GROUP_LIMIT: str(delivery_limit)}
     if lock_s is not None:
         wanted[GROUP_LOCK] = str(lock_ms(lock_s))
     return wanted
@@ -94,3 +100,90 @@ def configure_share_group(
         if entry is not None:
             lock_s = int(entry.value) / 1000
     return lock_s
+
+
+class ResetRefresher:
+    """Sets the group's ``share.auto.offset.reset`` again when :func:`offset_reset` says,
+    for as long as the consumer runs, so that a share-partition first fetched at any time
+    starts where ``consume_from_where`` said at ``start()`` (docs/semantics.md §4.13.1).
+
+    On a thread of its own: an admin request may take seconds, and must not hold up
+    receives and acknowledgements.  A refused or failed request is logged and tried again
+    (0.5 s, doubling up to 30 s); the value set before keeps reaching back for a while."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        group: str,
+        where: ConsumeFromWhere,
+        *,
+        start_ms: int,
+        timestamp_ms: int,
+        clock: _Clock,
+    ) -> None:
+        self._config = config
+        self._group = group
+        self._where = where
+        self._start_ms = start_ms
+        self._timestamp_ms = timestamp_ms
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.refreshes = 0
+
+    def first(self) -> OffsetReset:
+        """The value to set at start, with the rest of the group's configs."""
+        return offset_reset(self._where, self._start_ms, self._timestamp_ms, self._start_ms)
+
+    def start(self, first: OffsetReset) -> None:
+        """Refresh from ``first``'s ``refresh_at_ms`` on (nothing to do when it has none)."""
+        if first.refresh_at_ms is None:
+            return
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(first.refresh_at_ms,),
+            name=f"rmq-share-reset-{self._group}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(_ADMIN_TIMEOUT_S)
+
+    def _run(self, due_ms: int) -> None:
+        admin = AdminClient(admin_config(self._config))
+        retry_s = _RETRY_FIRST_S
+        while not self._stop.wait(max(0, due_ms - self._clock.now_ms()) / 1000):
+            plan = offset_reset(
+                self._where, self._start_ms, self._timestamp_ms, self._clock.now_ms()
+            )
+            resource = ConfigResource(
+                ResourceType.GROUP,
+                self._group,
+                incremental_configs=[
+                    ConfigEntry(
+                        GROUP_RESET, plan.value, incremental_operation=AlterConfigOpType.SET
+                    )
+                ],
+            )
+            try:
+                for fut in admin.incremental_alter_configs([resource]).values():
+                    fut.result(timeout=_ADMIN_TIMEOUT_S)
+            except Exception as exc:
+                log.warning(
+                    "share group %s: setting %s=%s failed (trying again in %.1f s): %s",
+                    self._group,
+                    GROUP_RESET,
+                    plan.value,
+                    retry_s,
+                    exc,
+                )
+                due_ms = self._clock.now_ms() + int(retry_s * 1000)
+                retry_s = min(_RETRY_MAX_S, retry_s * 2)
+                continue
+            self.refreshes += 1
+            retry_s = _RETRY_FIRST_S
+            assert plan.refresh_at_ms is not None  # only a start at the first offset has none
+            due_ms = plan.refresh_at_ms

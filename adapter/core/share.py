@@ -12,12 +12,13 @@ seconds, ``now`` on a monotonic clock; docs/semantics.md §4.13.1):
   it is due for the dead-letter queue (:func:`on_expiry`);
 * the adapter dead-letters itself, one delivery before the broker would archive the record
   (:func:`delivery_limit`, :func:`on_arrival`);
-* ``consume_from_where`` becomes the group's ``share.auto.offset.reset``
-  (:func:`auto_offset_reset`).
+* ``consume_from_where`` becomes the group's ``share.auto.offset.reset``, set again as
+  time passes (:func:`offset_reset`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from adapter.core.offsets import ConsumeFromWhere
@@ -74,9 +75,7 @@ def on_arrival(attempt: int, max_delivery_attempts: int) -> Verdict:
     return Verdict.DEAD_LETTER if attempt > max_delivery_attempts else Verdict.DELIVER
 
 
-def on_expiry(
-    attempt: int, delivery_count: int, max_delivery_attempts: int, limit: int
-) -> Verdict:
+def on_expiry(attempt: int, delivery_count: int, max_delivery_attempts: int, limit: int) -> Verdict:
     """A record whose hold ended unacknowledged (invisible duration over, or released by
     the adapter): the DLQ at the last allowed attempt, or when the broker would archive it
     on release (its ``delivery_count`` reached the group's ``limit``); else release."""
@@ -113,15 +112,52 @@ def earliest_acquisition(lock_s: float, now: float, invisible_s: float) -> float
     return now + invisible_s - usable_hold(lock_s)
 
 
-def auto_offset_reset(where: ConsumeFromWhere, timestamp_ms: int, now_ms: int) -> str:
-    """The share group's ``share.auto.offset.reset`` for a start rule: where a
-    share-partition without state starts (RocketMQ: a queue without a consume offset)."""
+#: How far before ``start()`` a ``CONSUME_FROM_LAST_OFFSET`` group's new share-partitions
+#: start (ms): room for the clocks behind record timestamps (producers') and the broker's
+#: to differ.
+START_SKEW_MS = 2_000
+#: How long the reset set at ``start()`` keeps reaching back far enough (ms); each value
+#: set later reaches further ahead, by the time passed since the start.
+FIRST_REACH_MS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """A share group's ``share.auto.offset.reset`` and when (epoch ms) to set it again
+    (``None``: never)."""
+
+    value: str
+    refresh_at_ms: int | None
+
+
+def offset_reset(
+    where: ConsumeFromWhere, start_ms: int, timestamp_ms: int, now_ms: int
+) -> OffsetReset:
+    """The group's ``share.auto.offset.reset`` for a start rule, at ``now_ms``, for a
+    consumer started at ``start_ms``: where a share-partition without state starts
+    (RocketMQ: a queue without a consume offset).
+
+    The broker applies it when a member first fetches the share-partition: seconds after
+    ``start()`` for a topic that existed, whenever it is first fetched for one created
+    later.  ``latest`` would then skip what was sent in between, so a start at the end is
+    expressed, like a start at a timestamp, as a duration back to a moment
+    (``by_duration:PT<n>S``: the first record at or after the broker's now less ``n``):
+    ``start_ms`` less :data:`START_SKEW_MS` for ``CONSUME_FROM_LAST_OFFSET``,
+    ``timestamp_ms`` for ``CONSUME_FROM_TIMESTAMP``.  Since the broker measures from when it
+    reads the value, a value reaches back far enough only for a while (its *reach*: the
+    time since the start plus :data:`FIRST_REACH_MS`), and is set again halfway through
+    it: the refreshes thin out (about 1, 2.5, 4.75 s ... after the start, a few dozen a
+    day).  A share-partition started at the broker's ``t`` begins at most its reach before
+    the moment, and never after it.  ``CONSUME_FROM_FIRST_OFFSET`` is ``earliest``, set
+    once."""
     if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-        return "earliest"
-    if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-        back_s = max(0, (now_ms - timestamp_ms) // 1000)
-        return f"by_duration:PT{back_s}S"
-    return "latest"
+        return OffsetReset("earliest", None)
+    target = timestamp_ms if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP else start_ms
+    if where is not ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+        target -= START_SKEW_MS
+    reach = max(0, now_ms - start_ms) + FIRST_REACH_MS
+    back_s = -(-max(0, now_ms - target + reach) // 1000)  # whole seconds, rounded up
+    return OffsetReset(f"by_duration:PT{back_s}S", now_ms + reach // 2)
 
 
 def lock_ms(lock_s: float) -> int:

@@ -8,6 +8,15 @@
     levels 3 and 4: 3 s, then 4 s) and then lands in ``%DLQ%example``.  Every delivery is
     logged as one JSON line on stdout (``{"event": "delivery", ...}``).
 
+``python app.py share --consumers 2``
+    The same topic read by RocketMQ 5's SimpleConsumer on a Kafka share group
+    (``backend="share"``), group ``example-share``: ``--consumers`` members in one process,
+    more members than partitions being what a share group allows.  A message whose body
+    starts with ``b"fail"`` is never acknowledged: the broker's lock expires
+    (``lock_duration`` 5 s) and it is delivered again with ``delivery_attempt`` + 1; after
+    ``max_delivery_attempts=3`` it lands in ``%DLQ%example-share``.  Anything else is
+    acknowledged.  Every receipt is one JSON line (``{"event": "share-delivery", ...}``).
+
 ``python app.py produce --ok 10 --fail 2``
     Sends that many ``ok-...`` and ``fail-...`` messages to ``orders``.
 
@@ -40,11 +49,15 @@ from adapter import (
     Producer,
     PushConsumer,
     ScheduleService,
+    SimpleConsumer,
 )
 from adapter.errors import AdapterError
 from adapter.io.topics import TopicPlan, ensure_topics
 
 GROUP = "example"
+SHARE_GROUP = "example-share"
+SHARE_MAX_DELIVERY_ATTEMPTS = 3
+SHARE_LOCK_S = 5
 TOPIC = "orders"
 MAX_RECONSUME_TIMES = 2
 DEFAULT_DELAY_LEVELS = "1s 2s 3s 4s 5s 6s"
@@ -172,6 +185,83 @@ def consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def share(args: argparse.Namespace) -> int:
+    """Members of the share group ``example-share``, each on a thread of its own."""
+    config = kafka_config()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    ready = Path(os.environ.get("RMQ_EXAMPLE_READY_FILE", "/tmp/example-share.ready"))
+    ready.unlink(missing_ok=True)
+    ensure_topic(config, TOPIC, args.partitions)
+    members = [
+        SimpleConsumer(
+            config,
+            SHARE_GROUP,
+            {TOPIC: "*"},
+            backend="share",
+            max_delivery_attempts=SHARE_MAX_DELIVERY_ATTEMPTS,
+            lock_duration=SHARE_LOCK_S,
+            await_duration=1,
+        )
+        for _ in range(args.consumers)
+    ]
+    failures: list[BaseException] = []
+
+    def member(index: int, consumer: Any) -> None:
+        try:
+            while not stop.is_set():
+                for msg in consumer.receive(16, SHARE_LOCK_S - 1):
+                    failed = msg.body.startswith(b"fail")
+                    emit(
+                        "share-delivery",
+                        group=SHARE_GROUP,
+                        member=index,
+                        topic=msg.topic,
+                        msg_id=msg.message_id,
+                        body=msg.body[:200].decode("utf-8", "replace"),
+                        delivery_attempt=msg.delivery_attempt,
+                        result="failed" if failed else "ok",
+                    )
+                    if not failed:  # a failed one is left to its lock: it comes back
+                        consumer.ack(msg)
+        except BaseException as exc:  # surfaced by the main thread, which stops the rest
+            failures.append(exc)
+            stop.set()
+
+    for consumer in members:
+        consumer.start()
+    threads = [
+        threading.Thread(target=member, args=(i, c), name=f"share-{i}", daemon=True)
+        for i, c in enumerate(members)
+    ]
+    for t in threads:
+        t.start()
+    ready.write_text("ready\n")
+    emit(
+        "started",
+        group=SHARE_GROUP,
+        topic=TOPIC,
+        backend="share",
+        consumers=args.consumers,
+        bootstrap=config["bootstrap.servers"],
+        max_delivery_attempts=SHARE_MAX_DELIVERY_ATTEMPTS,
+        lock_duration_s=SHARE_LOCK_S,
+    )
+    try:
+        stop.wait()
+    finally:
+        ready.unlink(missing_ok=True)
+        for t in threads:
+            t.join(10)
+        for consumer in members:
+            consumer.shutdown()
+        emit("stopped", group=SHARE_GROUP)
+    if failures:
+        raise failures[0]
+    return 0
+
+
 def produce(args: argparse.Namespace) -> int:
     run = args.run_id or uuid.uuid4().hex[:8]
     bodies = [f"ok-{run}-{i}" for i in range(args.ok)]
@@ -189,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("consume", help='run the "example" consumer group on "orders"')
     c.add_argument("--partitions", type=int, default=3, help="partitions of a new orders topic")
     c.set_defaults(func=consume)
+    s = sub.add_parser("share", help='run the "example-share" share group on "orders"')
+    s.add_argument("--consumers", type=int, default=2, help="members in this process")
+    s.add_argument("--partitions", type=int, default=3, help="partitions of a new orders topic")
+    s.set_defaults(func=share)
     p = sub.add_parser("produce", help='send ok-... and fail-... messages to "orders"')
     p.add_argument("--ok", type=int, default=10)
     p.add_argument("--fail", type=int, default=2)

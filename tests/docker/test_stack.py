@@ -10,6 +10,9 @@ directory of their own, push messages through the retry ladder into the DLQ, and
 * the example consumer's deliveries (``reconsume_times`` 0, 1, 2 for a failing message, one
   delivery for the others) and the dead letters, read with ``rmq-kafka dlq list --group
   example`` inside the stack;
+* the share group ``example-share`` (RocketMQ 5's SimpleConsumer on a Kafka share group, two
+  members): each good message acknowledged once, each failing one left to its lock,
+  delivered again with ``delivery_attempt`` 1, 2, 3 and then in ``%DLQ%example-share``;
 * the Spark streaming job's committed Parquet windows (retries, DLQ arrivals);
 * Prometheus (``/api/v1/targets``, ``/api/v1/query`` on 127.0.0.1) scraping the
   ScheduleService and the consumer, and the metrics contract on both endpoints.
@@ -43,6 +46,7 @@ from tests.docker.harness import (
 )
 
 GROUP = "example"
+SHARE_GROUP = "example-share"
 TOPIC = "orders"
 SCHEDULE_GROUP = "rmq-schedule-service"
 MAX_RECONSUME_TIMES = 2
@@ -124,6 +128,39 @@ def test_retry_ladder_then_dlq(stack: Stack, traffic: Traffic) -> None:
         got = by_body.get(body, [])
         assert [d["reconsume_times"] for d in got] == [0], f"{body}: {got}"
         assert got[0]["result"] == "ok"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1800)
+def test_share_group_simple_consumer(stack: Stack, traffic: Traffic) -> None:
+    def dead_letters() -> list[dict[str, Any]] | None:
+        lines = stack.exec(
+            "example-share-consumer", "rmq-kafka", "dlq", "list", "--group", SHARE_GROUP
+        )
+        entries = [json.loads(line) for line in lines.splitlines() if line.startswith("{")]
+        mine = [e for e in entries if traffic.run_id in e["body"]]
+        return mine if len(mine) >= N_FAIL else None
+
+    # three deliveries a failing message, each held until its 5 s lock runs out
+    entries = wait_for("the failing messages in %DLQ%example-share", dead_letters, timeout=120)
+    assert sorted(e["body"] for e in entries) == sorted(traffic.fail)
+    for entry in entries:
+        assert entry["origin_topic"] == TOPIC and entry["reason"] == "MAX_DELIVERY_ATTEMPTS", entry
+
+    deliveries = [
+        d
+        for d in stack.events("example-share-consumer", "share-delivery")
+        if traffic.run_id in d["body"]
+    ]
+    by_body: dict[str, list[dict[str, Any]]] = {}
+    for d in deliveries:
+        by_body.setdefault(d["body"], []).append(d)
+    for body in traffic.fail:
+        seen = sorted(d["delivery_attempt"] for d in by_body.get(body, []))
+        assert seen == [1, 2, 3], f"{body}: deliveries with delivery_attempt {seen}"
+    for body in traffic.ok:
+        got = by_body.get(body, [])
+        assert [(d["delivery_attempt"], d["result"]) for d in got] == [(1, "ok")], f"{body}: {got}"
 
 
 def _committed_parquet(data: Path) -> list[Path]:

@@ -7,15 +7,18 @@ import pytest
 from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.share import (
     DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
+    FIRST_REACH_MS,
     NOT_FOR_SHARE_CONSUMER,
+    START_SKEW_MS,
+    OffsetReset,
     Verdict,
     ack_margin,
-    auto_offset_reset,
     can_hold,
     delivery_limit,
     earliest_acquisition,
     lock_ms,
     max_receive_invisible,
+    offset_reset,
     on_arrival,
     on_expiry,
     usable_hold,
@@ -70,16 +73,42 @@ def test_the_earliest_acquisition_that_can_still_be_held() -> None:
 
 
 def test_consume_from_where_becomes_the_groups_offset_reset() -> None:
-    now = 10_000_000
-    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, 0, now) == "earliest"
-    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, 0, now) == "latest"
-    ts = now - 90_500
-    assert (
-        auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, ts, now) == "by_duration:PT90S"
-    )
-    assert auto_offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, now + 5, now) == (
-        "by_duration:PT0S"
-    )
+    start = 10_000_000
+    first = offset_reset(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, start, 0, start)
+    assert first == OffsetReset("earliest", None)
+    # the end at start() (less the clock skew room), reaching 2 s ahead; set again in 1 s
+    last = offset_reset(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, start, 0, start)
+    assert last == OffsetReset("by_duration:PT4S", start + 1_000)
+    ts = start - 90_500
+    at = offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, start, ts, start)
+    assert at.value == "by_duration:PT93S"  # 90.5 s back and 2 s ahead, rounded up
+    future = offset_reset(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, start, start + 5_000, start)
+    assert future.value == "by_duration:PT0S"
+
+
+@pytest.mark.parametrize(
+    "where", [ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, ConsumeFromWhere.CONSUME_FROM_TIMESTAMP]
+)
+def test_the_offset_reset_always_reaches_back_to_its_moment_and_refreshes_thin_out(
+    where: ConsumeFromWhere,
+) -> None:
+    start = 50_000_000
+    ts = start - 600_000
+    moment = ts if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP else start - START_SKEW_MS
+    now, refreshes = start, 0
+    plan = offset_reset(where, start, ts, now)
+    while now < start + 86_400_000:
+        assert plan.refresh_at_ms is not None and plan.refresh_at_ms > now
+        back_ms = int(plan.value.removeprefix("by_duration:PT").removesuffix("S")) * 1000
+        # a share-partition first fetched at any time until the next value is set, even
+        # one refresh late, starts at or before the moment, and not far before it
+        for t in (now, plan.refresh_at_ms, 2 * plan.refresh_at_ms - now):
+            assert t - back_ms <= moment
+            assert t - back_ms >= moment - 2 * (t - start) - FIRST_REACH_MS - 1_000
+        now = plan.refresh_at_ms
+        plan = offset_reset(where, start, ts, now)
+        refreshes += 1
+    assert refreshes < 40  # a day
 
 
 def test_lock_in_milliseconds() -> None:
