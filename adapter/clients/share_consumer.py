@@ -107,6 +107,7 @@ _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _REJECT = confluent_kafka.AcknowledgeType.REJECT
 _INVISIBLE = HandleState.INVISIBLE
 _ACKED = HandleState.ACKED
+_monotonic = time.monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,13 +308,12 @@ class ShareSimpleConsumer(SimpleConsumer):
             end = time.monotonic() + wait
             while self._polling and time.monotonic() < end:
                 self._cond.wait(0.1)
-            for v in [*self._poll.held.values(), *self._poll.buffer]:
+            for v in [*self._poll.revoke_all(), *self._poll.drain()]:
                 if v.count >= self.delivery_limit:
+                    v.state = HandleState.EXPIRED
                     self._poll.dead.append(v)
                 else:
                     self._poll.settle(v, _RELEASE, HandleState.REVOKED)
-            self._poll.held.clear()
-            self._poll.buffer.clear()
             self._cond.notify_all()
         self._flush_dead_letters()
         kc, self._poll.kc = self._poll.kc, None
@@ -373,14 +373,14 @@ class ShareSimpleConsumer(SimpleConsumer):
                 now = clock()
                 state.expire(now)
                 # the same bound as the classic backend (§4.13): held here and not settled
-                unacked = len(state.held)
+                unacked = state.unacked
                 if unacked >= limit:
                     raise UnackedLimitError(limit, unacked)
                 if state.buffer:
                     views = state.take(min(n, limit - unacked), invisible_s, now)
                     if views:
                         return views
-                idle = not (state.buffer or state.held or state.dead or self._dead_in_flight)
+                idle = not (state.buffer or unacked or state.dead or self._dead_in_flight)
                 if not idle or self._polling:
                     if now >= end:
                         return []
@@ -406,7 +406,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 self._flush_dead_letters()
             if not batch and clock() >= end:
                 with self._lock:
-                    return state.take(max(0, min(n, limit - len(state.held))), invisible_s, clock())
+                    return state.take(max(0, min(n, limit - state.unacked)), invisible_s, clock())
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta
@@ -497,25 +497,27 @@ class ShareSimpleConsumer(SimpleConsumer):
         Again: harmless; expired or another consumer's: :class:`InvalidReceiptHandleError`."""
         v = message if type(message) is ShareMessageView else share_view_of(message)
         poll = self._poll
-        with self._lock:
-            held = poll.held
-            if (
-                v.state is not _INVISIBLE
-                or v.owner != poll.owner
-                or self._closed
-                or held.get(v.token) is not v
-                or v.deadline <= time.monotonic()
-            ):
-                self._ack_slow(v)
+        lock = self._lock
+        # acquire/release rather than ``with``: the statement's lookups cost more than the
+        # lock itself, once per message
+        lock.acquire()
+        try:
+            # the common case, inline: a live hold of this consumer (a view handed out is
+            # held while invisible; a shutdown revokes every hold, so a closed consumer
+            # fails the first test; the unhold, inlined)
+            if v.state is _INVISIBLE and v.owner is poll.owner and v.deadline > _monotonic():
+                poll.kc.acknowledge(v.record, _ACCEPT)
+                v.state = _ACKED
+                poll.acked += 1
+                poll.pending_acks = True
+                poll.unacked -= 1
+                if not poll.unacked:
+                    poll.holds.clear()
+                    self._cond.notify_all()
                 return
-            # the common case, inline: a live hold of this consumer
-            del held[v.token]
-            poll.kc.acknowledge(v.record, _ACCEPT)
-            v.state = _ACKED
-            poll.acked += 1
-            poll.pending_acks = True
-            if not held:
-                self._cond.notify_all()
+            self._ack_slow(v)
+        finally:
+            lock.release()
 
     def _ack_slow(self, v: ShareMessageView) -> None:
         """Under the lock: :meth:`ack` of anything but a live hold of this consumer."""
@@ -524,7 +526,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         if self._poll.kc is None or self._closed:
             self._require_running()
         v = self._poll.live(v, time.monotonic())
-        del self._poll.held[v.token]
+        self._poll.unhold(v)
         self._poll.settle(v, _ACCEPT, _ACKED)
 
     def change_invisible_duration(
@@ -550,14 +552,13 @@ class ShareSimpleConsumer(SimpleConsumer):
                     f"at most {room:.1f} s for this message: the share group's record lock "
                     f"({lock_s:g} s, {GROUP_LOCK}) cannot be extended",
                 )
-            del self._poll.held[v.token]
             v.token = next(self._poll.tokens)
             v.deadline = now + invisible_s
             v.duration = invisible_s
             if invisible_s == 0:
+                self._poll.unhold(v)
                 self._poll.expire_one(v)
             else:
-                self._poll.held[v.token] = v
                 self._poll.next_deadline = min(self._poll.next_deadline, v.deadline)
             return v.handle_text()
 
@@ -588,7 +589,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 "max_delivery_attempts": self.max_delivery_attempts,
                 "delivery_limit": self.delivery_limit,
                 "available": len(self._poll.buffer),
-                "unacked": len(self._poll.held),
+                "unacked": self._poll.unacked,
                 "dead_letters_pending": len(self._poll.dead) + self._dead_in_flight,
                 **self.stats(),
             }

@@ -24,6 +24,7 @@ from adapter.clients.share_view import ShareMessageView, share_view_of
 from adapter.clients.simple_view import MessageView
 from adapter.core.engine.pull import MIN_RECEIVE_INVISIBLE_S, HandleState
 from adapter.core.filter import TagFilter
+from adapter.core.message import view_of
 from adapter.core.share import Verdict, earliest_acquisition, on_arrival, on_expiry
 from adapter.errors import InvalidReceiptHandleError
 
@@ -35,6 +36,8 @@ __all__ = ["PollState"]
 _ACCEPT = confluent_kafka.AcknowledgeType.ACCEPT
 _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _INVISIBLE = HandleState.INVISIBLE
+_VIEW = ShareMessageView
+_new = object.__new__
 
 
 class PollState:
@@ -47,12 +50,13 @@ class PollState:
 
     __slots__ = (
         "acked",
+        "acquired_at",
         "buffer",
         "by_kafka",
         "cond",
         "dead",
         "delivery_limit",
-        "held",
+        "holds",
         "kc",
         "lock_duration",
         "max_delivery_attempts",
@@ -62,6 +66,7 @@ class PollState:
         "pending_acks",
         "released",
         "tokens",
+        "unacked",
     )
 
     def __init__(
@@ -83,9 +88,17 @@ class PollState:
         self.kc: Any = None
         #: Kafka topic → (topic, its tag filter or ``None`` when it takes every tag)
         self.by_kafka: dict[str, tuple[str, TagFilter | None]] = {}
-        self.buffer: deque[ShareMessageView] = deque()
-        self.held: dict[int, ShareMessageView] = {}
-        #: no hold in ``held`` ends before this (a lower bound: skips scans of ``held``)
+        #: the records of the last poll not received yet, as librdkafka gave them
+        self.buffer: deque[Any] = deque()
+        #: when the poll that brought the buffered records returned (their lock started)
+        self.acquired_at = 0.0
+        #: the views handed out since nothing was last held, one list per receive (a view
+        #: is held while its state is INVISIBLE; settled ones stay until the lists go)
+        self.holds: list[list[ShareMessageView]] = []
+        #: the views held (handed out, not settled): the receive path counts them instead
+        #: of keeping them in a dict, the rare paths scan ``holds``
+        self.unacked = 0
+        #: no hold ends before this (a lower bound: skips scans of ``holds``)
         self.next_deadline = math.inf
         self.dead: list[ShareMessageView] = []
         #: acknowledgements made locally that no poll or commit has sent yet
@@ -93,85 +106,149 @@ class PollState:
         self.acked = self.released = 0
 
     def accept(self, batch: Any, now: float) -> None:
-        """Under the lock, after a poll: view, filter and sort the records acquired (the
-        receive path: one object per record, no call that is not needed)."""
-        kc = self.kc
-        owner, by_kafka, max_attempts = self.owner, self.by_kafka, self.max_delivery_attempts
-        append = self.buffer.append
-        new, cls = object.__new__, ShareMessageView
-        for rec in batch:
+        """Under the lock, after a poll: keep the records acquired as they are.  Each is
+        looked at when a receive reaches it (:meth:`take`: its view is made then), so a
+        poll's records cost no Python object or call each while they wait."""
+        if not self.buffer:
+            self.acquired_at = now  # else the older poll's time holds for all (the earlier)
+        self.buffer.extend(batch)
+
+    def view(self, rec: Any, topic: str, count: int, acquired_at: float) -> ShareMessageView:
+        """The view of a record of this consumer, not handed out yet."""
+        v: ShareMessageView = _new(_VIEW)
+        v.owner = self.owner
+        v.record = rec
+        v.user_topic = topic
+        v.msg = None
+        v.count = count
+        v.acquired_at = acquired_at
+        v.state = _INVISIBLE
+        v.deadline = v.duration = 0.0
+        v.token = 0
+        return v
+
+    def take(self, n: int, invisible_s: float, now: float) -> list[MessageView]:
+        """Under the lock: up to ``n`` buffered records, viewed and held for
+        ``invisible_s``; when their lock is too short for that, they are released unseen
+        (or dead-lettered).  A record in error is logged and skipped; one unsubscribed
+        meanwhile is released, one filtered out by tag accepted (settled), one past its
+        last delivery set aside for the dead-letter queue."""
+        buf = self.buffer
+        if not buf:
+            return []
+        acquired_at = self.acquired_at
+        lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
+        if acquired_at < earliest_acquisition(lock_s, now, invisible_s):  # not can_hold
+            self.expire_buffer()
+            return []
+        out: list[ShareMessageView] = []
+        append, pop, by_kafka = out.append, buf.popleft, self.by_kafka
+        owner, deadline = self.owner, now + invisible_s
+        while buf and len(out) < n:
+            rec = pop()
             if rec.error() is not None:
                 log.warning("%s: %s", self.name, rec.error())
                 continue
             sub = by_kafka.get(rec.topic())
-            if sub is None:  # unsubscribed meanwhile: let another member have it
-                kc.acknowledge(rec, _RELEASE)
-                self.pending_acks = True
-                continue
-            topic, tags = sub
-            # ShareMessageView.__init__, inlined; deadline, duration and token are set
-            # when the view is handed out
-            v: ShareMessageView = new(cls)
+            count = rec.delivery_count() or 1
+            if sub is None or sub[1] is not None or count > 1:
+                if not self.keep(rec, sub, count):
+                    continue
+                assert sub is not None
+            # ShareMessageView.__init__, inlined: one object per record handed out
+            v: ShareMessageView = _new(_VIEW)
             v.owner = owner
             v.record = rec
-            v.user_topic = topic
+            v.user_topic = sub[0]
             v.msg = None
-            v.acquired_at = now
+            v.count = count
+            v.acquired_at = acquired_at
             v.state = _INVISIBLE
-            count = v.count = rec.delivery_count() or 1
-            if tags is not None and not tags.matches(v.message.tags):
-                kc.acknowledge(rec, _ACCEPT)  # filtered: settled
-                self.pending_acks = True
-                continue
-            if count == 1:
-                append(v)
-                continue
-            v.deadline = v.duration = 0.0
-            v.token = 0
-            if on_arrival(count, max_attempts) is Verdict.DEAD_LETTER:
-                v.state = HandleState.EXPIRED
-                self.dead.append(v)
-            else:
-                append(v)
-
-    def take(self, n: int, invisible_s: float, now: float) -> list[MessageView]:
-        """Under the lock: up to ``n`` buffered records, held for ``invisible_s``; one whose
-        lock is too short for that is released unseen (or dead-lettered)."""
-        out: list[MessageView] = []
-        buf, held, tokens = self.buffer, self.held, self.tokens
-        earliest = earliest_acquisition(
-            self.lock_duration or BROKER_DEFAULT_LOCK_S, now, invisible_s
-        )
-        deadline = now + invisible_s
-        while buf and len(out) < n:
-            v = buf.popleft()
-            if v.acquired_at < earliest:  # not can_hold(...)
-                self.expire_one(v)
-                continue
             v.deadline = deadline
             v.duration = invisible_s
-            v.token = token = next(tokens)
-            held[token] = v
-            out.append(v)
-        if out and deadline < self.next_deadline:
-            self.next_deadline = deadline
-        return out
+            v.token = 0  # a delivery's first handle (change_invisible_duration counts on)
+            append(v)
+        if out:
+            self.holds.append(out)
+            self.unacked += len(out)
+            self.next_deadline = min(self.next_deadline, deadline)
+        views: list[MessageView] = list(out)  # a copy: the application may change it
+        return views
+
+    def keep(self, rec: Any, sub: tuple[str, TagFilter | None] | None, count: int) -> bool:
+        """Under the lock: whether a record :meth:`take` reached is to be handed out; one
+        unsubscribed, filtered out or past its last delivery is settled or set aside."""
+        if sub is None:  # unsubscribed meanwhile: let another member have it
+            self.kc.acknowledge(rec, _RELEASE)
+            self.pending_acks = True
+            return False
+        topic, tags = sub
+        if tags is not None and not tags.matches(view_of(rec, topic, False, [None]).tags):
+            self.kc.acknowledge(rec, _ACCEPT)  # filtered: settled
+            self.pending_acks = True
+            return False
+        if on_arrival(count, self.max_delivery_attempts) is Verdict.DEAD_LETTER:
+            v = self.view(rec, topic, count, self.acquired_at)
+            v.state = HandleState.EXPIRED
+            self.dead.append(v)
+            return False
+        return True
 
     def expire(self, now: float) -> None:
         """Under the lock: end the holds whose invisible duration ran out, and the buffered
         records that could no longer be held for the shortest receive."""
         if now >= self.next_deadline:
-            held = self.held
-            for v in [v for v in held.values() if v.deadline <= now]:
-                del held[v.token]
-                self.expire_one(v)
-            self.next_deadline = min((v.deadline for v in held.values()), default=math.inf)
-        buf = self.buffer
-        if buf:
+            held = self.held()
+            self.next_deadline = min(
+                (v.deadline for v in held if v.deadline > now), default=math.inf
+            )
+            for v in held:
+                if v.deadline <= now:
+                    self.unhold(v)
+                    self.expire_one(v)
+        if self.buffer:
             lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
-            earliest = earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S)
-            while buf and buf[0].acquired_at < earliest:
-                self.expire_one(buf.popleft())
+            if self.acquired_at < earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S):
+                self.expire_buffer()
+
+    def drain(self) -> list[ShareMessageView]:
+        """Under the lock: the buffered records (those to be handed out) as views, taken
+        out of the buffer; the others are settled or set aside as :meth:`take` would."""
+        views = []
+        by_kafka, buf = self.by_kafka, self.buffer
+        while buf:
+            rec = buf.popleft()
+            if rec.error() is not None:
+                continue
+            sub = by_kafka.get(rec.topic())
+            count = rec.delivery_count() or 1
+            if self.keep(rec, sub, count):
+                assert sub is not None
+                views.append(self.view(rec, sub[0], count, self.acquired_at))
+        return views
+
+    def expire_buffer(self) -> None:
+        """Under the lock: the buffered records' lock is too short for a receive now."""
+        for v in self.drain():
+            self.expire_one(v)
+
+    def held(self) -> list[ShareMessageView]:
+        """Under the lock: the views held (handed out, not settled)."""
+        return [v for out in self.holds for v in out if v.state is _INVISIBLE]
+
+    def unhold(self, v: ShareMessageView) -> None:
+        """Under the lock: the held view ``v`` is about to be settled or set aside (the
+        caller changes its state next)."""
+        self.unacked -= 1
+        if not self.unacked:
+            self.holds.clear()
+
+    def revoke_all(self) -> list[ShareMessageView]:
+        """Under the lock: every held view, no longer held (shutdown)."""
+        held = self.held()
+        self.holds.clear()
+        self.unacked = 0
+        return held
 
     def expire_one(self, v: ShareMessageView) -> None:
         """Under the lock: the hold of ``v`` ended (or it can no longer be held): release
@@ -192,7 +269,7 @@ class PollState:
             self.acked += 1
         else:
             self.released += 1
-        if not self.held:  # a receive waiting for the batch to be settled may poll now
+        if not self.unacked:  # a receive waiting for the batch to be settled may poll now
             self.cond.notify_all()
 
     def live(self, message: object, now: float) -> ShareMessageView:
@@ -200,10 +277,10 @@ class PollState:
         v = share_view_of(message)
         if v.owner != self.owner:
             raise InvalidReceiptHandleError(v.handle_text(), "issued by another consumer")
-        if v.state is _INVISIBLE and self.held.get(v.token) is v:
+        if v.state is _INVISIBLE:  # held (a view handed out is held until settled)
             if v.deadline > now:
                 return v
-            del self.held[v.token]
+            self.unhold(v)
             self.expire_one(v)
         reason = {
             HandleState.ACKED: "already acknowledged",

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Unpack
@@ -42,6 +43,7 @@ from adapter.clients.simple_view import (
     replace_handle,
     settled,
     tag_filter_of,
+    views_of,
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
@@ -67,6 +69,7 @@ from adapter.errors import (
     InvalidInputError,
     UnackedLimitError,
 )
+from adapter.io.clock import SystemClock
 from adapter.io.config import build_options
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
@@ -254,6 +257,10 @@ class SimpleConsumer:
         self.dlq_topic = naming.dlq_topic(group)
         self._await_s = self.options.await_s
         self._clock = self.options.clock
+        #: the clock read of the receive/ack path (the system's, called directly)
+        self._monotonic: Callable[[], float] = (
+            time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic
+        )
         self._subscriptions: dict[str, TagFilter] = {}
         self._lock = threading.Lock()
         self._engine = PullEngine(
@@ -404,21 +411,26 @@ class SimpleConsumer:
         receiver for ``invisible_duration`` (seconds or a ``timedelta``, 1 s to 12 h) and
         to be acknowledged within it.  Waits up to ``await_duration`` for the first
         message; an empty list when none came."""
-        fut = self._receive(max_message_num, invisible_duration)
-        return fut.result(timeout=self._await_s + 60)
+        got = self._receive(max_message_num, invisible_duration)
+        if type(got) is list:
+            return got
+        assert isinstance(got, PullFuture)
+        return got.result(timeout=self._await_s + 60)
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta
     ) -> PullFuture[list[MessageView]]:
         """:meth:`receive` without blocking: a future of the messages (awaitable)."""
         try:
-            return self._receive(max_message_num, invisible_duration)
+            got = self._receive(max_message_num, invisible_duration)
         except Exception as exc:
             return settled(error=exc)
+        return got if isinstance(got, PullFuture) else settled(got)
 
     def _receive(
         self, max_message_num: int, invisible_duration: float | timedelta
-    ) -> PullFuture[list[MessageView]]:
+    ) -> list[MessageView] | PullFuture[list[MessageView]]:
+        """The messages available now, or a future of those a waiting receive gets."""
         n = receive_count(max_message_num)
         invisible_s = seconds_of(
             "invisible_duration",
@@ -431,7 +443,7 @@ class SimpleConsumer:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
         engine = self._engine
         limit = self.options.max_unacked_messages
-        now = self._clock.monotonic()
+        now = self._monotonic()
         with self._lock:
             room = limit - engine.unacked
             if room <= 0:
@@ -443,7 +455,7 @@ class SimpleConsumer:
                 return fut
         if handles:
             self._runner.taken()
-        return settled([MessageView(h) for h in handles])
+        return views_of(handles)
 
     def _serve_waiting(self) -> None:
         """On the loop thread: hand what is available to waiting receives, in order."""
@@ -462,7 +474,7 @@ class SimpleConsumer:
                 room = limit - engine.unacked
                 served.append((w.future, engine.receive(min(w.n, room), w.invisible_s, now)))
         for fut, handles in served:
-            fut.set_result([MessageView(h) for h in handles])
+            fut.set_result(views_of(handles))
         if served:
             self._runner.taken()
 
@@ -502,8 +514,14 @@ class SimpleConsumer:
         :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
         handle = handle_of(message)
         self._require_running()
-        with self._lock:
-            self._engine.ack(handle, self._clock.monotonic())
+        # acquire/release rather than ``with``: the statement's lookups cost more than the
+        # lock itself, once per message
+        lock = self._lock
+        lock.acquire()
+        try:
+            self._engine.ack(handle, self._monotonic())
+        finally:
+            lock.release()
 
     def ack_async(self, message: MessageView) -> PullFuture[None]:
         """:meth:`ack` as a (completed) awaitable future."""

@@ -28,6 +28,7 @@ __all__ = [
     "replace_handle",
     "settled",
     "tag_filter_of",
+    "views_of",
 ]
 
 T = TypeVar("T")
@@ -136,6 +137,19 @@ class MessageView:
             f"MessageView(message_id={self.message_id!r}, topic={self.topic!r}, "
             f"delivery_attempt={self.delivery_attempt}, receipt_handle={self.receipt_handle!r})"
         )
+
+
+def views_of(handles: list[ReceiptHandle]) -> list[MessageView]:
+    """The views of the handles a receive got (the receive path: ``MessageView.__init__``
+    inlined, one object per message)."""
+    new, cls = object.__new__, MessageView
+    views: list[MessageView] = []
+    append = views.append
+    for handle in handles:
+        view = new(cls)
+        view._handle = handle
+        append(view)
+    return views
 
 
 def handle_of(message: object) -> ReceiptHandle:

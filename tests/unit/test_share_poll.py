@@ -66,16 +66,18 @@ def test_records_are_held_then_released_when_their_invisible_duration_runs_out()
     state.accept([FakeRecord(0), FakeRecord(1), FakeRecord(2)], now=100.0)
     views = state.take(2, invisible_s=5.0, now=100.0)
     assert [v.record.offset() for v in views] == [0, 1]  # type: ignore[attr-defined]
-    assert len(state.held) == 2 and len(state.buffer) == 1
+    assert state.unacked == 2 and len(state.buffer) == 1
     with state.cond:
         state.expire(106.0)
     assert sorted(kc.acks) == [(0, RELEASE), (1, RELEASE)]
-    assert state.released == 2 and not state.held and state.pending_acks
+    assert state.released == 2 and not state.unacked and state.pending_acks
 
 
 def test_a_record_of_an_unsubscribed_topic_is_released_unseen() -> None:
     state, kc = make_state()
-    state.accept([FakeRecord(7, topic="gone")], now=1.0)
+    state.accept([FakeRecord(7, topic="gone"), FakeRecord(8)], now=1.0)
+    assert kc.acks == []  # looked at when a receive reaches it
+    assert [v.record.offset() for v in state.take(2, 5.0, now=1.0)] == [8]  # type: ignore[attr-defined]
     assert kc.acks == [(7, RELEASE)]
     assert not state.buffer and state.pending_acks
 
@@ -83,6 +85,7 @@ def test_a_record_of_an_unsubscribed_topic_is_released_unseen() -> None:
 def test_a_record_past_its_last_delivery_goes_to_the_dead_letters() -> None:
     state, kc = make_state(max_attempts=3)
     state.accept([FakeRecord(4, count=4)], now=1.0)
+    assert state.take(1, 5.0, now=1.0) == []
     assert [v.record.offset() for v in state.dead] == [4]
     assert state.dead[0].state is HandleState.EXPIRED
     assert not state.buffer and kc.acks == []
@@ -99,7 +102,7 @@ def test_live_refuses_a_settled_hold_and_another_consumers_view() -> None:
     with pytest.raises(InvalidReceiptHandleError, match="another consumer"):
         state.live(theirs, 1.0)
     held = state.live(mine, 1.0)
-    del state.held[held.token]
+    state.unhold(held)
     with state.cond:
         state.settle(held, ACCEPT, HandleState.ACKED)
     assert state.acked == 1

@@ -75,6 +75,7 @@ DEFAULT_MAX_UNACKED = 10_000
 EXPIRED_FAILURE_TYPE = "InvisibleDurationExpired"
 
 _NO_ACTIONS: list[Action] = []
+_new = object.__new__
 
 
 def seconds_of(
@@ -117,6 +118,10 @@ class HandleState(str, Enum):
     """``change_invisible_duration`` issued a new handle for the message."""
     REVOKED = "REVOKED"
     """Its partition moved to another member, which reads the message again."""
+
+
+_INVISIBLE = HandleState.INVISIBLE
+_ACKED = HandleState.ACKED
 
 
 class ReceiptHandle:
@@ -338,25 +343,34 @@ class PullEngine:
         consumer = self.consumer_id
         tokens = self._tokens
         ready = self._ready
+        append = out.append
         for tp in list(ready):
             part = self._parts[tp]
-            held, again, buf = part.held, part.again, part.buf
+            held, again, buf, generation = part.held, part.again, part.buf, part.generation
             while again and len(out) < n:
                 msg = again.popleft()
                 handle = ReceiptHandle(
-                    consumer, next(tokens), tp, part.generation, msg, deadline, invisible_s
+                    consumer, next(tokens), tp, generation, msg, deadline, invisible_s
                 )
                 held[handle.offset] = handle  # already in ``order``
-                out.append(handle)
-            while buf and len(out) < n:
-                msg = buf.popleft()
-                handle = ReceiptHandle(
-                    consumer, next(tokens), tp, part.generation, msg, deadline, invisible_s
-                )
-                offset = handle.offset
-                held[offset] = handle
-                part.order.append(offset)
-                out.append(handle)
+                append(handle)
+            if buf and len(out) < n:
+                order = part.order
+                for msg in [buf.popleft() for _ in range(min(n - len(out), len(buf)))]:
+                    # ReceiptHandle.__init__, inlined: one object per message received
+                    handle = _new(ReceiptHandle)
+                    handle.consumer = consumer
+                    handle.token = next(tokens)
+                    handle.tp = tp
+                    handle.generation = generation
+                    handle.msg = msg
+                    handle.offset = offset = msg.queue_offset
+                    handle.deadline = deadline
+                    handle.duration = invisible_s
+                    handle.state = _INVISIBLE
+                    held[offset] = handle
+                    order.append(offset)
+                    append(handle)
             del ready[tp]
             if buf or again:
                 ready[tp] = None  # still has messages: to the back of the line
@@ -371,6 +385,21 @@ class PullEngine:
         """Settle the message of ``handle``.  Acknowledging an acknowledged handle is
         harmless; any other unusable handle raises :class:`InvalidReceiptHandleError` and
         changes nothing."""
+        part = self._parts.get(handle.tp) if type(handle) is ReceiptHandle else None
+        if (
+            part is not None
+            and handle.state is _INVISIBLE
+            and handle.consumer is self.consumer_id
+            and handle.generation == part.generation
+            and handle.deadline > now
+        ):
+            # the common case, inlined (_live passes, then _settle of the handle itself)
+            handle.state = _ACKED
+            self._invisible -= 1
+            del part.held[handle.offset]
+            part.nbytes -= len(handle.msg.body)
+            self._dirty.add(part.tp)
+            return
         if handle.state is HandleState.ACKED and handle.consumer == self.consumer_id:
             return
         part = self._live(handle, now)
