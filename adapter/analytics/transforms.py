@@ -146,7 +146,8 @@ def decode_traces(raw: DataFrame, *, keep_malformed: bool = False) -> DataFrame:
 
     A topic may hold both record kinds: single events (``consume_trace.avsc``, what sinks
     wrote before packing, or with ``packed=False``) and packed ones
-    (``consume_trace_batch.avsc``: an array of events, exploded here into one row each, all
+    (``consume_trace_batch.avsc``: an array of events, and runs of events written as
+    columns, exploded here into one row each -- the events first, then each run's -- all
     with the record's partition and offset).  The ``RMQ_TRACE_SCHEMA`` header names the
     writer schema of each record, which is decoded with it and resolved to the current
     schema of its kind; records without the header are read as single events with the
@@ -165,7 +166,8 @@ def decode_traces(raw: DataFrame, *, keep_malformed: bool = False) -> DataFrame:
     ]
     for writer_tag, writer, packed in writers:
         if packed:
-            value = from_avro(F.col("value"), writer.text, packed_options)["events"]
+            record = from_avro(F.col("value"), writer.text, packed_options)
+            value = F.concat(record["events"], _run_events(record["runs"]))
         else:  # a single event: an array of one, so both kinds explode alike
             value = F.array(from_avro(F.col("value"), writer.text, single_options))
         cond = tag == F.lit(writer_tag)
@@ -188,6 +190,88 @@ def decode_traces(raw: DataFrame, *, keep_malformed: bool = False) -> DataFrame:
         F.timestamp_millis(F.col("e.event_time_ms")).alias("event_time"),
         "kafka_partition",
         "kafka_offset",
+    )
+
+
+def _longs(text: Column) -> Column:
+    return F.transform(F.split(text, ","), lambda x: x.cast("long"))
+
+
+def _int64s(data: Column) -> Column:
+    """Packed big-endian int64s (8 bytes each) -> an array of longs."""
+    return F.transform(
+        F.sequence(F.lit(0), (F.length(data) / 8).cast("int") - 1),
+        lambda k: F.conv(F.hex(data.substr(k * 8 + 1, F.lit(8))), 16, 10).cast("bigint"),
+    )
+
+
+def _run_events(runs: Column) -> Column:
+    """The ``ConsumeTrace`` events the ``ConsumeTraceRun`` records of a packed record stand
+    for, in order (what :func:`adapter.core.trace.expand_run` gives in Python): each run's
+    columns are parsed once, then one event per position."""
+    parsed = F.transform(
+        F.filter(runs, lambda r: r["count"] > 0),
+        lambda r: F.struct(
+            r.alias("r"),
+            F.when(
+                r["offsets"] == "",
+                F.sequence(r["first_offset"], r["first_offset"] + r["count"] - 1),
+            )
+            .otherwise(_longs(r["offsets"]))
+            .alias("o"),
+            F.when(r["batch_indices"] == "", F.array())
+            .otherwise(_longs(r["batch_indices"]))
+            .alias("b"),
+            F.when(F.length(r["timestamps"]) == 0, F.array().cast("array<bigint>"))
+            .otherwise(_int64s(r["timestamps"]))
+            .alias("t"),
+        ),
+    )
+
+    def event(p: Column, i: Column) -> Column:
+        r = p["r"]
+        offset = F.element_at(p["o"], i + 1)
+        msg_id = F.concat_ws(
+            ":", r["kafka_topic"], r["partition"].cast("string"), offset.cast("string")
+        )
+        stamp = F.try_element_at(p["t"], i + 1)
+        born = F.when(r["timestamp_type"] == 1, stamp).cast("long")
+        null_int, null_long, null_str = (F.lit(None).cast(t) for t in ("int", "long", "string"))
+        return F.struct(
+            r["event_time_ms"].alias("event_time_ms"),
+            r["source"].alias("source"),
+            r["group"].alias("group"),
+            r["topic"].alias("topic"),
+            r["partition"].alias("partition"),
+            offset.cast("long").alias("offset"),
+            msg_id.alias("msg_id"),
+            msg_id.alias("origin_msg_id"),
+            r["status"].alias("status"),
+            F.lit(0).alias("reconsume_times"),
+            null_str.alias("tags"),
+            null_str.alias("keys"),
+            r["batch_size"].alias("batch_size"),
+            F.coalesce(F.try_element_at(p["b"], i + 1).cast("int"), i % r["batch_size"]).alias(
+                "batch_index"
+            ),
+            r["ack_index"].alias("ack_index"),
+            null_int.alias("delay_level"),
+            r["consume_rt_ms"].alias("consume_rt_ms"),
+            born.alias("born_timestamp_ms"),
+            born.alias("origin_born_timestamp_ms"),
+            F.when(r["timestamp_type"].isin(1, 2), stamp).cast("long").alias("store_timestamp_ms"),
+            r["consume_timestamp_ms"].alias("consume_timestamp_ms"),
+            null_long.alias("lateness_ms"),
+            null_str.alias("failure_type"),
+            null_str.alias("failure_message"),
+            null_str.alias("dlq_reason"),
+        )
+
+    return F.flatten(
+        F.transform(
+            parsed,
+            lambda p: F.transform(F.sequence(F.lit(0), p["r"]["count"] - 1), lambda i: event(p, i)),
+        )
     )
 
 

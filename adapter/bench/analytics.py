@@ -33,6 +33,8 @@ from confluent_kafka import Producer as RawProducer
 
 from adapter.analytics.jars import SPARK_VERSION, AnalyticsError, check_pyspark
 from adapter.bench.harness import Bench, Run, Scenario
+from adapter.core.codec import encode_message_headers
+from adapter.core.message import Message
 from adapter.core.trace import TraceEvent, TraceStatus
 from adapter.errors import AdapterError
 from adapter.io.avro import TRACE_SCHEMA_HEADER, encode_trace, trace_schema
@@ -184,13 +186,26 @@ def spark_scenario(bench: Bench, rows: int, *, spark: Any = None) -> Scenario:
 
 
 def trace_overhead_scenario(
-    bench: Bench, messages: int | None = None, *, batch: int = 1
+    bench: Bench, messages: int | None = None, *, batch: int = 1, rocketmq_headers: bool = False
 ) -> Scenario:
-    """Row 2: the consumer with tracing on (ours) vs off (raw), 100-byte bodies."""
+    """Row 2: the consumer with tracing on (ours) vs off (raw), 100-byte bodies: plain Kafka
+    records (what a Kafka shop's producers write), or with ``rocketmq_headers`` records as
+    the adapter's own Producer writes them (a message id, tags and keys in headers), which
+    trace event by event."""
     n = messages or bench.n
-    sc = Scenario(f"trace emission: consumer traced vs untraced batch={batch} body=100B ({n} msgs)")
+    kind = " records with RocketMQ headers" if rocketmq_headers else ""
+    sc = Scenario(
+        f"trace emission: consumer traced vs untraced batch={batch} body=100B{kind} ({n} msgs)"
+    )
     topic = bench.topic()
-    bench.fill(topic, n, 100)
+    headers = None
+    if rocketmq_headers:
+
+        def headers(i: int) -> list[Any]:
+            msg = Message(topic=topic, body=b"", tags="TagA", keys=[f"k{i}"])
+            return encode_message_headers(msg, uuid.uuid4().hex.upper())
+
+    bench.fill(topic, n, 100, headers=headers)
     trace_topic = f"bench-consumer-trace-{uuid.uuid4().hex[:8]}"
     bench.ours_consume(topic, min(n, 5_000), batch, trace_topic=trace_topic)  # warm-up
     for _ in range(bench.repeats):
@@ -236,8 +251,12 @@ def analytics_scenarios(bench: Bench, *, spark: Any = None) -> list[Scenario]:
 
 def trace_scenarios(bench: Bench) -> list[Scenario]:
     """The trace-emission rows: the consumer with and without ``trace_topic``, batch 1 and
-    batch 32."""
-    return [trace_overhead_scenario(bench), trace_overhead_scenario(bench, batch=32)]
+    batch 32 on plain records, and batch 32 on records with RocketMQ headers."""
+    return [
+        trace_overhead_scenario(bench),
+        trace_overhead_scenario(bench, batch=32),
+        trace_overhead_scenario(bench, batch=32, rocketmq_headers=True),
+    ]
 
 
 def main(argv: list[str]) -> None:

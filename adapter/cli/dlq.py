@@ -122,4 +122,3 @@ def _check_dlq_exists(config: dict[str, Any], group: str) -> None:
             f"%DLQ%{group} does not exist: no consumer of group {group!r} has run here "
             "(is the name right?)"
         )
-

@@ -166,6 +166,7 @@ class GroupConsumer:
         self.emit: Emit = tracer.emit
         #: the SUCCESS events of one listener batch at once (one hand-over per batch)
         self.emit_successes = tracer.emit_successes
+        self.emit_batches = tracer.emit_batches
         self.runner: Runner | None = None
         self.assignment: set[TP] = set()
         #: partitions whose running batches a revoke or shutdown is waiting for: runners
@@ -393,10 +394,18 @@ class GroupConsumer:
 
     # -- actions ---------------------------------------------------------------------------
     def apply(self, actions: list[Action]) -> None:
-        """Carry out what the engine asked for (one handler per action type)."""
+        """Carry out what the engine asked for (one handler per action type; the copies of
+        failed messages, most of what a failing stream asks for, without the look-up, and
+        stamped with one clock reading for all of them)."""
         handlers = self._handlers
+        now_ms: int | None = None
         for action in actions:
-            handlers[type(action)](action)
+            if type(action) is SendBack:
+                if now_ms is None:
+                    now_ms = self.clock.now_ms()
+                self._send_back(action, now_ms)
+            else:
+                handlers[type(action)](action)
 
     def _handle(self, kind: type[A], handler: Callable[[A], None]) -> None:
         """Register ``handler`` for the actions of type ``kind`` (typed as a pair)."""
@@ -423,7 +432,7 @@ class GroupConsumer:
     def _resume(self, action: Resume) -> None:
         self._consumer.resume([TopicPartition(*action.tp)])
 
-    def _send_back(self, action: SendBack) -> None:
+    def _send_back(self, action: SendBack, now_ms: int | None = None) -> None:
         msg = action.msg
         if msg.header_errors:
             log.warning(
@@ -436,11 +445,11 @@ class GroupConsumer:
             msg,
             action.dest,
             self.topics,
-            now_ms=self.clock.now_ms(),
+            now_ms=self.clock.now_ms() if now_ms is None else now_ms,
             failure=action.failure,
             omit_body=action.omit_body,
         )
-        self.publisher.send(record, action, alone=action.alone)
+        self.publisher.send(record, action, action.alone)
 
     def _timed_out(self, action: TimedOut) -> None:
         log.warning(

@@ -238,6 +238,14 @@ class ConcurrentRunner:
         self, work: Work, indices: range, failed_at: dict[int, Outcome | None], rt_s: float
     ) -> None:
         group = self._group
+        if not failed_at:  # every batch succeeded: whole ones in one hand-over
+            msgs, size = work.msgs, work.size
+            lo, hi = indices.start * size, min(indices.stop * size, len(msgs))
+            whole = lo + (hi - lo) // size * size
+            group.emit_batches(msgs[lo:whole], size, rt_s * 1000)
+            if whole < hi:  # the run's last batch is shorter
+                group.emit_successes(msgs[whole:hi], range(hi - whole), None, rt_s * 1000)
+            return
         for index in indices:
             batch = work.batch(index)
             if index in failed_at:

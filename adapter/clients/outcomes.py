@@ -26,8 +26,10 @@ from adapter.core.publishing import Refusal
 from adapter.core.routing import DeadLetter, Destination, RetryLater, RetryNow
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram, TopicStats
 from adapter.core.trace import (
+    BATCHES,
     RUN,
     Pending,
+    PendingBatches,
     PendingRun,
     TraceSink,
     TraceStatus,
@@ -101,7 +103,9 @@ class ConsumerTracer:
         self.clock = clock
         #: a sink that derives the event on its own thread (``KafkaTraceSink.defer``) is
         #: handed a :data:`~adapter.core.trace.Pending` tuple; any other gets the event
-        self._defer: Callable[[Pending | PendingRun], None] | None = getattr(sink, "defer", None)
+        self._defer: Callable[[Pending | PendingRun | PendingBatches], None] | None = getattr(
+            sink, "defer", None
+        )
 
     def emit(
         self,
@@ -147,6 +151,25 @@ class ConsumerTracer:
         # every message of a listener batch carries the batch's CONSUME_START_TIME
         run = (RUN, self.group, self.clock.now_ms(), batch, ok, ack_index, rt_ms,
                batch[0].consume_start_time)  # fmt: skip
+        try:
+            self._defer(run)
+        except Exception:
+            log.exception("%s: trace sink failed", self.name)
+
+    def emit_batches(self, msgs: list[MessageExt], size: int, rt_ms: float) -> None:
+        """Hand the SUCCESS events of consecutive whole listener batches of ``size`` (every
+        message of ``msgs`` succeeded; they were started together) to the sink: to a
+        deferring sink as one :data:`~adapter.core.trace.PendingBatches` for all of them
+        (one hand-over per fetched run, whatever the batch size).  ``msgs`` must be a
+        list nobody changes afterwards."""
+        if not msgs:
+            return
+        if self._defer is None:
+            for k in range(0, len(msgs), size):
+                self.emit_successes(msgs[k : k + size], range(size), None, rt_ms)
+            return
+        run = (BATCHES, self.group, self.clock.now_ms(), msgs, size, rt_ms,
+               msgs[0].consume_start_time)  # fmt: skip
         try:
             self._defer(run)
         except Exception:

@@ -262,12 +262,38 @@ def _failure_pairs(failure: Failure) -> list[tuple[str, bytes | None]]:
 def _hop_list(
     msg: MessageExt, group: str, failure: Failure | None
 ) -> list[tuple[str, bytes | None]]:
-    """:func:`_hop_headers` as the header list itself, in the same order (the hot path of
-    every retry copy: one list, the pairs that repeat from copy to copy made once)."""
-    hdr = msg.decoded()
+    """:func:`_hop_headers` as the header list itself, in the same order."""
+    return _hop_pairs(msg.hop_fields(), group, failure, ())
+
+
+#: what :meth:`MessageExt.hop_fields` returns
+HopFields = tuple[Any, str, int, int, int | None, bytes | None, bytes]
+
+
+def _hop_pairs(
+    fields: HopFields,
+    group: str,
+    failure: Failure | None,
+    tail: tuple[tuple[str, bytes | None], ...],
+) -> list[tuple[str, bytes | None]]:
+    """:func:`_hop_headers` as the header list itself, in the same order, then ``tail``
+    (the hot path of every retry copy: one list, the message read in one call, the pairs
+    that repeat from copy to copy made once)."""
+    hdr, topic, partition, offset, born, _key, _body = fields
+    msg_id = hdr.msg_id.encode()
+    origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
+    lineage = [
+        (PROPERTY_UNIQ_KEY, msg_id),
+        (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
+        _RETRY_TOPIC_PAIRS[topic],
+        (PROPERTY_RECONSUME_TIME, b"%d" % (hdr.reconsume_times + 1)),
+        _GROUP_PAIRS[group],
+        (HEADER_ORIGIN_PARTITION, b"%d" % partition),
+        (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+    ]
     raw = hdr.raw
     born_kept = False
-    if raw:
+    if raw:  # the user headers first, in their order
         system = SYSTEM_HEADERS
         user: dict[str, bytes | None] = {}
         for key, value in raw:
@@ -276,29 +302,20 @@ def _hop_list(
             user.pop(key, None)  # the last value of a repeated header wins, at the end
             user[key] = value
         out = list(user.items())
+        out += lineage
         born_kept = HEADER_ORIGIN_BORN_MS in user
-    else:
-        out = []
-    msg_id = hdr.msg_id.encode()
-    origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
-    out += (
-        (PROPERTY_UNIQ_KEY, msg_id),
-        (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
-        _RETRY_TOPIC_PAIRS[msg.topic],
-        (PROPERTY_RECONSUME_TIME, b"%d" % (hdr.reconsume_times + 1)),
-        _GROUP_PAIRS[group],
-        (HEADER_ORIGIN_PARTITION, b"%d" % msg.queue_id),
-        (HEADER_ORIGIN_OFFSET, b"%d" % msg.queue_offset),
-    )
-    if not born_kept:
-        born = msg.born_timestamp
-        if born is not None:
-            out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
+    else:  # a plain record (a first failure): the lineage is the list
+        out = lineage
+    if not born_kept and born is not None:
+        out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
     if failure is not None:
-        out += _failure_pairs(failure)
+        last = _last_failure
+        out += last[1] if last[0] is failure else _failure_pairs(failure)
     errors = hdr.errors
     if errors:
         out.append((HEADER_MALFORMED, "; ".join(errors)[:FAILURE_MESSAGE_MAX_CHARS].encode()))
+    if tail:
+        out += tail
     return out
 
 
@@ -313,9 +330,22 @@ def retry_headers(
 ) -> list[tuple[str, bytes | None]]:
     """A send-back to the delay topic of ``level``, bound for the group's retry topic: the
     hop's headers, then what :func:`schedule_headers` adds (no queue id, no timer)."""
-    out = _hop_list(msg, group, failure)
-    out += (_REAL_TOPIC_PAIRS[retry_topic], _DELAY_PAIRS[level], (HEADER_DUE_MS, b"%d" % due_ms))
-    return out
+    return retry_pairs(msg.hop_fields(), group, retry_topic, level, due_ms, failure)
+
+
+def retry_pairs(  # noqa: PLR0917 - the failure path's hot call: positional is cheapest
+    fields: HopFields,
+    group: str,
+    retry_topic: str,
+    level: int,
+    due_ms: int,
+    failure: Failure | None,
+) -> list[tuple[str, bytes | None]]:
+    """:func:`retry_headers` of a message already read with
+    :meth:`~adapter.core.message.MessageExt.hop_fields` (the send-back reads its key and
+    body from the same fields)."""
+    tail = (_REAL_TOPIC_PAIRS[retry_topic], _DELAY_PAIRS[level], (HEADER_DUE_MS, b"%d" % due_ms))
+    return _hop_pairs(fields, group, failure, tail)
 
 
 def straight_retry_headers(

@@ -29,9 +29,7 @@ class TagFilter:
         if expression is None:
             return cls(SUB_ALL, None)
         if not isinstance(expression, str):
-            raise InvalidInputError(
-                _FIELD, expression, "must be a string like 'TagA || TagB'"
-            )
+            raise InvalidInputError(_FIELD, expression, "must be a string like 'TagA || TagB'")
         text = expression.strip()
         if text in ("", SUB_ALL):
             return cls(SUB_ALL, None)

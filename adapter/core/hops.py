@@ -32,7 +32,7 @@ from adapter.core.codec import (
     dlq_headers,
     forward_headers,
     replace_headers,
-    retry_headers,
+    retry_pairs,
     straight_retry_headers,
 )
 from adapter.core.delay import DelayLevels
@@ -110,20 +110,17 @@ def send_back(
     retry goes to the group's retry topic; a dead letter says why and from where, and with
     ``omit_body`` leaves the body where it was read (``RMQ_BODY_OMITTED`` names it).
     """
-    key = msg.sharding_key
-    if isinstance(dest, RetryLater):
-        headers = retry_headers(
-            msg,
-            group=topics.group,
-            retry_topic=topics.retry_topic,
-            level=dest.level,
-            due_ms=now_ms + dest.delay_ms,
-            failure=failure,
+    if isinstance(dest, RetryLater):  # the common case: the copy of every failed message
+        fields = msg.hop_fields()  # the message read once, in one call
+        level = dest.level
+        headers = retry_pairs(
+            fields, topics.group, topics.retry_topic, level, now_ms + dest.delay_ms, failure
         )
         # OutRecord(topic, body, key, headers, None), made without the named tuple's
-        # generated ``__new__``: this is the copy of every failed message
-        topic = topics.level_topic(dest.level)
-        return _new_tuple(OutRecord, (topic, msg.body, key, headers, None))
+        # generated ``__new__``
+        topic = topics.level_topic(level)
+        return _new_tuple(OutRecord, (topic, fields[6], fields[5], headers, None))
+    key = msg.sharding_key
     if isinstance(dest, RetryNow):
         headers = straight_retry_headers(msg, group=topics.group, failure=failure)
         return OutRecord(topics.retry_kafka, msg.body, key, headers)

@@ -8,9 +8,10 @@ only reads ``body`` pays for nothing else.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from adapter.constants import (
     HEADER_ORIGIN_BORN_MS,
@@ -33,6 +34,7 @@ __all__ = [
     "MessageExt",
     "RawHeader",
     "Record",
+    "plain_records",
     "split_fetch",
     "start_consuming",
     "view_of",
@@ -239,6 +241,11 @@ class MessageExt:
         headers = rec.headers()
         if headers:
             raw, props, read_errors = read_headers(headers)
+        elif self._retry is None:  # a plain record's first failure: nothing to read
+            msg_id = f"{rec.topic()}:{rec.partition()}:{rec.offset()}"
+            plain: _Decoded = _new_tuple(_Decoded, (msg_id, None, None, {}, (), (), 0, None))
+            self._hdr = plain
+            return plain
         else:
             raw, props, read_errors = (), {}, ()  # never share an empty dict
         errors = list(read_errors) if read_errors else []
@@ -264,17 +271,23 @@ class MessageExt:
                 errors.append(
                     f"{PROPERTY_RETRY_TOPIC} missing on a retry record: topic left as {self._retry}"
                 )
-        hdr = self._hdr = _Decoded(
-            msg_id,
-            props.get(PROPERTY_TAGS),
-            props.get(PROPERTY_KEYS),
-            props,
-            raw,
-            tuple(errors),
-            times or 0,
-            original,
+        # _Decoded(...), made without the named tuple's generated ``__new__`` (a Python
+        # frame fewer for every message whose headers are read: each failed one)
+        decoded: _Decoded = _new_tuple(
+            _Decoded,
+            (
+                msg_id,
+                props.get(PROPERTY_TAGS),
+                props.get(PROPERTY_KEYS),
+                props,
+                raw,
+                tuple(errors) if errors else (),
+                times or 0,
+                original,
+            ),
         )
-        return hdr
+        self._hdr = decoded
+        return decoded
 
     #: what the headers say, decoded once (the codec builds hop headers from it)
     decoded = _decoded
@@ -308,17 +321,19 @@ class MessageExt:
     def body(self) -> bytes:
         return self._rec.value() or b""
 
+    # the header-backed attributes read ``_hdr`` first: one call, not two, once decoded
+    # (the failure path reads several of them for every failed message)
     @property
     def msg_id(self) -> str:
-        return self._decoded().msg_id
+        return (self._hdr or self._decoded()).msg_id
 
     @property
     def tags(self) -> str | None:
-        return self._decoded().tags
+        return (self._hdr or self._decoded()).tags
 
     @property
     def keys(self) -> str | None:
-        return self._decoded().keys
+        return (self._hdr or self._decoded()).keys
 
     @property
     def properties(self) -> dict[str, str]:
@@ -330,15 +345,15 @@ class MessageExt:
 
     @property
     def raw_headers(self) -> tuple[RawHeader, ...]:
-        return self._decoded().raw
+        return (self._hdr or self._decoded()).raw
 
     @property
     def header_errors(self) -> tuple[str, ...]:
-        return self._decoded().errors
+        return (self._hdr or self._decoded()).errors
 
     @property
     def reconsume_times(self) -> int:
-        return self._decoded().reconsume_times
+        return (self._hdr or self._decoded()).reconsume_times
 
     @property
     def consume_start_time(self) -> int | None:
@@ -383,8 +398,27 @@ class MessageExt:
     @property
     def max_reconsume_times(self) -> int | None:
         """The per-message ``MAX_RECONSUME_TIMES`` override (``None`` when absent or bad)."""
-        raw = self._decoded().properties.get(PROPERTY_MAX_RECONSUME_TIMES)
+        raw = (self._hdr or self._decoded()).properties.get(PROPERTY_MAX_RECONSUME_TIMES)
         return None if raw is None else _max_reconsume(raw)
+
+    def hop_fields(self) -> tuple[_Decoded, str, int, int, int | None, bytes | None, bytes]:
+        """What a copy of this message (a send-back, a dead letter) is made of, read in one
+        call: the decoded headers, the logical topic, the partition, the offset, the born
+        time, the key and the body (the failure path makes a copy of every failed message;
+        each attribute read on its own is a call or two)."""
+        hdr = self._hdr or self._decoded()
+        rec = self._rec
+        topic = self._topic if self._retry is None else (hdr.topic or self._retry)
+        raw = hdr.properties.get(HEADER_ORIGIN_BORN_MS)
+        if raw is not None and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+            born: int | None = int(raw)
+        else:
+            kind, value = rec.timestamp()
+            born = value if kind == _TS_CREATE else None
+        key = rec.key()
+        if isinstance(key, str):
+            key = key.encode()
+        return hdr, topic, rec.partition(), rec.offset(), born, key, rec.value() or b""
 
     def get_property(self, name: str) -> str | None:
         return self.properties.get(name)
@@ -426,6 +460,10 @@ class MessageExt:
     __hash__ = None  # type: ignore[assignment]
 
 
+#: a named tuple made without its generated ``__new__`` (one Python frame fewer)
+_new_tuple: Any = tuple.__new__
+
+
 def _max_reconsume(raw: str) -> int | None:
     try:
         value = int(raw)
@@ -452,6 +490,24 @@ def view_of(
     msg._stamp = stamp
     msg._hdr = None
     return msg
+
+
+_HDR: Final = operator.attrgetter("_hdr")
+_REC: Final = operator.attrgetter("_rec")
+
+
+def plain_records(msgs: Sequence[MessageExt]) -> list[Record] | None:
+    """The Kafka records under ``msgs``, when what their headers say is still what their
+    records say (``None`` when one is a local redelivery, which counts one delivery more
+    than its record).  A trace sink derives these messages' events from the records alone
+    (``KafkaTraceSink``: no header is decoded on the consume path).  Not per message in
+    Python unless one was decoded already."""
+    if any(map(_HDR, msgs)):
+        for msg in msgs:
+            hdr = msg._hdr
+            if hdr is not None and hdr.reconsume_times:
+                return None
+    return list(map(_REC, msgs))
 
 
 def start_consuming(

@@ -6,20 +6,29 @@ forwarded entry.  :mod:`adapter.io.trace_sink` encodes them with the Avro schema
 ``schemas/consume_trace.avsc`` and packs many into one record
 (``schemas/consume_trace_batch.avsc``); Spark jobs read both back.
 
-Two things here keep tracing off the consumer's hot path:
+What here keeps tracing off the consumer's hot path:
 
 * :data:`Pending` / :func:`consumer_event`: a sink that can take it (the Kafka sink) is
   handed a plain tuple of what the consumer already holds (the message view, the outcome,
   the clock reading); the 25 fields of the event -- most of them read from the message's
   headers, which an untraced consumer never decodes -- are derived later, on the sink's
   own thread;
+* :class:`RunBuilder` / :func:`expand_run`: the successes of consecutive listener batches
+  of one partition whose records carry no headers are written as one *run* (a
+  ``ConsumeTraceRun`` of ``consume_trace_batch.avsc``): what the batches share once, what
+  differs per event (offset, batch index, Kafka timestamp) as columns built with C-level
+  operations on whole batches (text, packed int64s), so no Python code runs per event;
+  readers expand a run back into the events it stands for.  :data:`PendingBatches` hands
+  a fetched run's whole batches over at once;
 * :func:`plan_packs`: where a run of encoded events is cut into packed records (at most
   ``max_events`` events or ``max_bytes`` bytes each, whichever comes first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import sys
+from array import array
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -113,6 +122,16 @@ PendingRun = tuple[
     Any, str, int, "list[MessageExt]", Sequence[int], "int | None", "float | None", "int | None"
 ]
 
+#: The first element of a :data:`PendingBatches`.
+BATCHES: Any = object()
+
+#: Consecutive whole listener batches that all succeeded, handed to a deferring sink as one
+#: tuple (one per fetched run the consumer ran inline, whatever the batch size):
+#: ``(BATCHES, group, event_time_ms, msgs, batch_size, rt_ms, consume_timestamp_ms)``,
+#: where ``msgs`` is a list of ``k * batch_size`` messages, batch ``j`` being
+#: ``msgs[j * batch_size : (j + 1) * batch_size]``, all started together.
+PendingBatches = tuple[Any, str, int, "list[MessageExt]", int, "float | None", "int | None"]
+
 _NO_INFO: tuple[int, int, int | None, float | None] = (1, 0, None, None)
 
 
@@ -179,18 +198,214 @@ def run_fields(run: PendingRun) -> list[tuple[Any, ...]]:
     return out
 
 
+def batches_fields(item: PendingBatches) -> list[tuple[Any, ...]]:
+    """The fields of the SUCCESS events of a :data:`PendingBatches` (as :func:`run_fields`
+    of each of its batches, in order)."""
+    _, group, now_ms, msgs, size, rt_ms, started = item
+    out: list[tuple[Any, ...]] = []
+    for k in range(0, len(msgs), size):
+        out += run_fields((RUN, group, now_ms, msgs[k : k + size], range(size), None, rt_ms,
+                           started))  # fmt: skip
+    return out
+
+
 def consumer_event(pending: Pending) -> TraceEvent:
     """The consumer :class:`TraceEvent` of one :data:`Pending` outcome
     (:func:`consumer_fields` as an event)."""
     return TraceEvent._make(consumer_fields(pending))
 
 
-def plan_packs(sizes: Sequence[int], max_events: int, max_bytes: int) -> list[int]:
-    """Where to cut a run of encoded events into packed records: the end index of each
-    pack, in order (the last is ``len(sizes)``).
+_LITTLE = sys.byteorder == "little"
+
+#: Kafka timestamp types (librdkafka's): none, create time, log-append time.
+TS_NONE = 0
+TS_CREATE = 1
+TS_LOG_APPEND = 2
+
+#: The fields of a ``ConsumeTraceRun`` record, in the schema's order (what the compiled
+#: writer unpacks).
+RUN_FIELDS = (
+    "event_time_ms",
+    "source",
+    "group",
+    "topic",
+    "kafka_topic",
+    "partition",
+    "status",
+    "count",
+    "first_offset",
+    "offsets",
+    "batch_size",
+    "batch_indices",
+    "ack_index",
+    "consume_rt_ms",
+    "consume_timestamp_ms",
+    "timestamp_type",
+    "timestamps",
+)
+
+
+class RunBuilder:
+    """Joins the successes of consecutive listener batches into runs (one
+    ``ConsumeTraceRun`` record each): a batch continues the open run when it shares every
+    per-batch value with it (group, event time, topic, partition, batch size, ack index,
+    listener time, consume start, timestamp type), both are whole batches with
+    consecutive offsets, and the run stays within ``max_events``; otherwise the open run
+    is closed (returned as its record's fields) and the batch opens the next one.
+
+    One instance per sink thread; no clock, no I/O.  The per-event columns stay lists of
+    ints until the run closes, then each is one ``join`` (C code, no Python frame per
+    event)."""
+
+    __slots__ = ("_count", "_first", "_full", "_indices", "_key", "_max", "_offsets", "_ts")
+
+    def __init__(self, max_events: int) -> None:
+        if max_events < 1:
+            raise ConfigError("max_events", max_events, "must be >= 1")
+        self._max = max_events
+        self._key: tuple[Any, ...] | None = None
+        self._first = 0
+        self._count = 0
+        self._full = False  # whole batches, consecutive offsets: the run may grow
+        self._offsets: Sequence[int] | None = None
+        self._indices: Sequence[int] | None = None
+        self._ts = array("q")
+
+    def add(  # noqa: PLR0917 - one call per listener batch, positional is cheapest
+        self,
+        key: tuple[Any, ...],
+        first_offset: int,
+        count: int,
+        offsets: Sequence[int] | None,
+        indices: Sequence[int] | None,
+        timestamps: Sequence[int],
+    ) -> tuple[Any, ...] | None:
+        """One batch's successes: ``key`` = ``(group, event_time_ms, topic, kafka_topic,
+        partition, batch_size, ack_index, consume_rt_ms, consume_timestamp_ms,
+        timestamp_type)``; ``offsets`` ``None`` when they are ``first_offset ..
+        first_offset + count - 1``, ``indices`` ``None`` when every message of the batch
+        succeeded (in order), ``timestamps`` the records' Kafka timestamps (ignored for
+        timestamp type 0).  Returns the run this batch closed, if any."""
+        full = offsets is None and indices is None
+        if (
+            full
+            and self._full
+            and key == self._key
+            and first_offset == self._first + self._count
+            and self._count + count <= self._max
+        ):
+            self._count += count
+            self._ts.extend(timestamps)
+            return None
+        closed = self.close()
+        self._key = key
+        self._first = first_offset
+        self._count = count
+        self._full = full
+        self._offsets = offsets
+        self._indices = indices
+        self._ts = array("q", timestamps)
+        return closed
+
+    @property
+    def count(self) -> int:
+        """Events in the open run (0: none open)."""
+        return 0 if self._key is None else self._count
+
+    def close(self) -> tuple[Any, ...] | None:
+        """The open run's record fields (:data:`RUN_FIELDS` order), or ``None``; no run is
+        open afterwards."""
+        key = self._key
+        if key is None:
+            return None
+        self._key = None
+        group, now_ms, topic, kafka_topic, partition, size, ack, rt_ms, started, ts_type = key
+        offsets, indices = self._offsets, self._indices
+        return (
+            now_ms, "consumer", group, topic, kafka_topic, partition, TraceStatus.SUCCESS.value,
+            self._count, self._first, "" if offsets is None else ",".join(map(str, offsets)),
+            size, "" if indices is None else ",".join(map(str, indices)), ack, rt_ms, started,
+            ts_type, _int64s(self._ts) if ts_type != TS_NONE else b"",
+        )  # fmt: skip
+
+
+def _int64s(values: array[int]) -> bytes:
+    """Big-endian int64s, 8 bytes each (one C pass: no Python code per value)."""
+    if _LITTLE:
+        values = array("q", values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _from_int64s(data: bytes) -> array[int]:
+    values = array("q")
+    values.frombytes(data)
+    if _LITTLE:
+        values.byteswap()
+    return values
+
+
+def _column(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")] if text else []
+
+
+def expand_run(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``ConsumeTrace`` records (field name -> value, status as its symbol) a decoded
+    ``ConsumeTraceRun`` stands for, in order: what the events would have been, written one
+    by one (the Spark job's ``decode_traces`` does the same in SQL)."""
+    count = run["count"]
+    first = run["first_offset"]
+    offsets = _column(run["offsets"]) or range(first, first + count)
+    size = run["batch_size"]
+    indices = _column(run["batch_indices"]) or [i % size for i in range(count)]
+    ts_type = run["timestamp_type"]
+    stamps: list[int | None] = [*_from_int64s(run["timestamps"])] or [None] * count
+    kafka_topic, partition = run["kafka_topic"], run["partition"]
+    out = []
+    for offset, index, stamp in zip(offsets, indices, stamps, strict=True):
+        msg_id = f"{kafka_topic}:{partition}:{offset}"
+        born = stamp if ts_type == TS_CREATE else None
+        out.append(
+            {
+                "event_time_ms": run["event_time_ms"],
+                "source": run["source"],
+                "group": run["group"],
+                "topic": run["topic"],
+                "partition": partition,
+                "offset": offset,
+                "msg_id": msg_id,
+                "origin_msg_id": msg_id,
+                "status": run["status"],
+                "reconsume_times": 0,
+                "tags": None,
+                "keys": None,
+                "batch_size": size,
+                "batch_index": index,
+                "ack_index": run["ack_index"],
+                "delay_level": None,
+                "consume_rt_ms": run["consume_rt_ms"],
+                "born_timestamp_ms": born,
+                "origin_born_timestamp_ms": born,
+                "store_timestamp_ms": stamp if ts_type in (TS_CREATE, TS_LOG_APPEND) else None,
+                "consume_timestamp_ms": run["consume_timestamp_ms"],
+                "lateness_ms": None,
+                "failure_type": None,
+                "failure_message": None,
+                "dlq_reason": None,
+            }
+        )
+    return out
+
+
+def plan_packs(
+    sizes: Sequence[int], max_events: int, max_bytes: int, counts: Sequence[int] | None = None
+) -> list[int]:
+    """Where to cut a run of encoded items into packed records: the end index of each
+    pack, in order (the last is ``len(sizes)``).  An item is one event, or ``counts[i]``
+    events (a run).
 
     A pack holds at most ``max_events`` events and at most ``max_bytes`` bytes of them,
-    except that an event larger than ``max_bytes`` on its own still makes a pack of one (the
+    except that an item larger than either cap on its own still makes a pack of one (the
     producer, not the packer, decides whether a record is too large).
     """
     if max_events < 1 or max_bytes < 1:
@@ -198,10 +413,11 @@ def plan_packs(sizes: Sequence[int], max_events: int, max_bytes: int) -> list[in
     ends: list[int] = []
     count = size = 0
     for i, n in enumerate(sizes):
-        if count and (count >= max_events or size + n > max_bytes):
+        c = 1 if counts is None else counts[i]
+        if count and (count + c > max_events or size + n > max_bytes):
             ends.append(i)
             count = size = 0
-        count += 1
+        count += c
         size += n
     if count:
         ends.append(len(sizes))

@@ -36,7 +36,7 @@ from typing import Any, Final
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from adapter.core.trace import TraceEvent
+from adapter.core.trace import RUN_FIELDS, TraceEvent, expand_run
 from adapter.errors import InvalidInputError
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "known_schemas",
     "load_schema",
     "pack_traces",
+    "run_encoder",
     "trace_batch_schema",
     "trace_encoder",
     "trace_schema",
@@ -378,24 +379,46 @@ def decode_trace(data: bytes, writer_tag: str | None = None) -> dict[str, Any]:
     return decode(writer, data, reader=current)
 
 
-def pack_traces(encoded: list[bytes]) -> bytes:
+@functools.cache
+def run_encoder() -> Callable[[tuple[Any, ...]], bytes]:
+    """The writer compiled from the ``ConsumeTraceRun`` record of ``consume_trace_batch``
+    (the element of its ``runs``); it takes the fields as a tuple in
+    :data:`~adapter.core.trace.RUN_FIELDS` order (what
+    :meth:`~adapter.core.trace.RunBuilder.close` gives)."""
+    batch = json.loads(trace_batch_schema().text)
+    run = next(f for f in batch["fields"] if f["name"] == "runs")["type"]["items"]
+    schema = _build("consume_trace_run", json.dumps(run))
+    compiled = compile_encoder(schema, RUN_FIELDS, frozenset({"first_offset", "timestamps"}))
+    if compiled is not None:
+        return compiled
+    names = RUN_FIELDS
+    return lambda fields: encode(schema, dict(zip(names, fields, strict=True)))
+
+
+def pack_traces(encoded: list[bytes], runs: list[bytes] | tuple[()] = ()) -> bytes:
     """The plain Avro binary of a ``consume_trace_batch`` record holding ``encoded`` (each
-    the plain Avro binary of one ``ConsumeTrace``): the array's one block -- its item count,
-    the items, the terminating zero count.  No re-encoding: packing costs one join."""
-    if not encoded:
-        return b"\x00"
-    return b"".join((_long(len(encoded)), *encoded, b"\x00"))
+    the plain Avro binary of one ``ConsumeTrace``) and ``runs`` (each that of one
+    ``ConsumeTraceRun``): each array as one block -- its item count, the items, the
+    terminating zero count.  No re-encoding: packing costs one join."""
+    head = (_long(len(encoded)), *encoded, b"\x00") if encoded else (b"\x00",)
+    if not runs:
+        return b"".join((*head, b"\x00"))
+    return b"".join((*head, _long(len(runs)), *runs, b"\x00"))
 
 
 def decode_trace_records(data: bytes, writer_tag: str | None = None) -> list[dict[str, Any]]:
     """The events of one trace-topic record, packed or single: ``writer_tag`` (its
     :data:`TRACE_SCHEMA_HEADER` value) says which; each event resolved to the current
-    ``consume_trace`` schema.  A record without the header is a single event."""
+    ``consume_trace`` schema.  A record without the header is a single event.  A packed
+    record's ``events`` come first, then the events of its ``runs``
+    (:func:`~adapter.core.trace.expand_run`)."""
     packed = known_schemas(TRACE_BATCH).get(writer_tag) if writer_tag else None
     if packed is None:
         return [decode_trace(data, writer_tag)]
     record = decode(packed, data, reader=trace_batch_schema())
     events: list[dict[str, Any]] = record["events"]
+    for run in record["runs"]:
+        events.extend(expand_run(run))
     return events
 
 

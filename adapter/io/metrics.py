@@ -49,6 +49,7 @@ def _histogram(
 
 __all__ = ["ConsumerCollector", "Exposition", "ProducerCollector", "ScheduleCollector", "expose"]
 
+
 class ConsumerCollector:
     """Metrics of one consumer (its group member's stats, engine and runner)."""
 

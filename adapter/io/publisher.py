@@ -110,10 +110,14 @@ class Publisher:
         return self._alone
 
     # -- producing -------------------------------------------------------------------------
-    def send(self, record: OutRecord, token: Any, *, alone: bool = False) -> None:
+    def send(self, record: OutRecord, token: Any, alone: bool = False) -> None:
         """Produce ``record``; its verdict reaches ``on_result(token, ...)`` later (or now,
         when the client refuses it before sending)."""
-        producer = self._alone_producer() if alone else (self._producer or self.producer)
+        producer = self._producer
+        if alone:
+            producer = self._alone_producer()
+        elif producer is None:  # ``is None``, not truth: a producer's truth is its queue length
+            producer = self.producer
         on_result = self._on_result
         on_delivery: Callable[[Any, Any], None]
         if self._on_delivered is not None:

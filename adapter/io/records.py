@@ -39,4 +39,3 @@ class TopicNames:
         assert topic is not None
         logical, retry = self.resolve(topic)
         return view_of(record, logical, retry, [None])
-

@@ -7,9 +7,10 @@ through), lingering to batch.  Like RocketMQ's trace dispatcher it packs many ev
 one record (``packed=True``, the default):
 
 * topic: the Kafka name of the logical trace topic (created if missing);
-* value: plain Avro binary of ``consume_trace_batch.avsc`` -- an array of up to
-  ``max_events`` ``ConsumeTrace`` events, at most ``max_bytes`` of them (no prefix: Spark's
-  ``from_avro`` reads it as is, and ``decode_traces`` explodes the array);
+* value: plain Avro binary of ``consume_trace_batch.avsc`` -- up to ``max_events``
+  events, at most ``max_bytes`` of them: ``ConsumeTrace`` events, or runs of them written
+  as columns (``ConsumeTraceRun``) (no prefix: Spark's ``from_avro`` reads it as is, and
+  ``decode_traces`` expands the runs and explodes the array);
 * key: none (packs spread over the partitions; one pack's events keep their order);
 * header ``RMQ_TRACE_SCHEMA``: the writer schema (``<full name>/<fingerprint>``), which is
   how a reader tells a packed record from a single one.
@@ -17,17 +18,24 @@ one record (``packed=True``, the default):
 With ``packed=False`` it writes the older layout, one ``consume_trace.avsc`` record per
 event keyed by the message id (for readers older than the packed format).
 
-The consume path does as little as it can.  Calling the sink appends the event to an
-in-memory queue (no lock); the consumer does not even build the event: it hands
-:meth:`defer` a :data:`~adapter.core.trace.Pending` tuple of what it holds (the message
-view, the outcome, the clock reading) and the sink's thread derives the event's fields
-(:func:`~adapter.core.trace.consumer_fields`: most are read from headers the untraced
-consumer never decodes).  That thread drains the queue every ``interval_s`` (or as soon as
-a pack's worth waits), encodes each event with the writer compiled from the schema
-(:func:`~adapter.io.avro.trace_encoder`), cuts the run into packs
-(:func:`~adapter.core.trace.plan_packs`) and produces one record per pack; librdkafka
-batches (``linger.ms``) and compresses on its own threads, and delivery reports (one per
-pack) are served on the sink's thread too.
+The consume path does as little as it can.  Calling the sink appends to an in-memory
+queue (no lock).  The successes of listener batches whose records carry no headers -- one
+hand-over per fetched run the consumer ran inline, whatever the batch size
+(:data:`~adapter.core.trace.PendingBatches`), or per batch -- are read off their records
+at once with C-level operations on the whole batch (:func:`batch_columns`: offsets, Kafka
+timestamps; no Python code per message) and queued as columns that hold no message; the
+sink's thread joins consecutive ones into runs (:class:`~adapter.core.trace.RunBuilder`),
+one ``ConsumeTraceRun`` record each, which readers expand into the events they stand for.
+Everything else (failures, messages with headers, local redeliveries, the
+ScheduleService's forwards) is queued as a :data:`~adapter.core.trace.Pending` tuple (or
+the event) and derived and encoded event by event on the sink's thread
+(:func:`~adapter.core.trace.consumer_fields`, the writer compiled from the schema,
+:func:`~adapter.io.avro.trace_encoder`).  The thread takes what is queued when a pack's
+worth waits (or 256 events in items that still hold messages, so they are released
+young), and produces every ``interval_s`` (or as soon as a pack is full) one record per
+pack (:func:`~adapter.core.trace.plan_packs`); librdkafka batches (``linger.ms``) and
+compresses on its own threads, and delivery reports (one per pack) are served on the
+sink's thread too.
 
 It never raises into the consumer and never blocks it: an event that cannot be derived,
 encoded or produced, that finds the queue full (``max_queued``, the trace topic being slow),
@@ -47,14 +55,20 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Final
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from adapter.core import naming
+from adapter.core.message import plain_records
 from adapter.core.trace import (
+    BATCHES,
     RUN,
+    RUN_FIELDS,
     Pending,
+    PendingBatches,
     PendingRun,
+    RunBuilder,
     TraceEvent,
+    batches_fields,
     consumer_fields,
     plan_packs,
     run_fields,
@@ -62,6 +76,7 @@ from adapter.core.trace import (
 from adapter.io.avro import (
     TRACE_SCHEMA_HEADER,
     pack_traces,
+    run_encoder,
     trace_batch_schema,
     trace_encoder,
     trace_schema,
@@ -71,11 +86,15 @@ from adapter.io.errors import make_client
 from adapter.io.topics import TopicPlan, ensure_topics
 
 __all__ = [
+    "COLUMNS",
     "DEFAULT_MAX_PACK_BYTES",
     "DEFAULT_MAX_PACK_EVENTS",
     "DEFAULT_MAX_QUEUED",
     "DEFAULT_TRACE_PARTITIONS",
+    "Columns",
     "KafkaTraceSink",
+    "add_batch_run",
+    "batch_columns",
 ]
 
 log = logging.getLogger("adapter.trace")
@@ -93,10 +112,24 @@ DEFAULT_MAX_PACK_BYTES: Final = 256 * 1024
 #: The sink's thread drains the queue at least this often (the longest an event waits
 #: before its pack is produced, plus ``linger.ms``); at once when a pack's worth waits.
 DEFAULT_INTERVAL_S: Final = 0.05
-#: Events one drain takes at most (then packs are produced and the thread looks again).
+#: The consumer wakes the sink's thread once this many events wait (about) in items that
+#: hold messages: it takes them from the queue soon, so the listener batches they hold
+#: are released young (kept longer, they would outlive the garbage collector's young
+#: generations, and every collection would walk them).
+_WAKE_EVENTS: Final = 256
+#: Items one take handles at most (then the thread looks again).
 _DRAIN_MAX: Final = 10_000
 #: Where the message id sits in an event's fields (the key of an unpacked record).
 _MSG_ID: Final = TraceEvent._fields.index("msg_id")
+#: Where a run's event count sits in its fields.
+_RUN_COUNT: Final = RUN_FIELDS.index("count")
+#: confluent-kafka's record accessors, unbound: ``map`` calls them from C (no Python frame
+#: per record); on anything that is not a confluent-kafka record they raise TypeError.
+_HEADERS: Final[Any] = Message.headers
+_TIMESTAMP: Final[Any] = Message.timestamp
+_OFFSET: Final[Any] = Message.offset
+_PARTITION: Final[Any] = Message.partition
+_TOPIC: Final[Any] = Message.topic
 #: How long the sink's thread waits for librdkafka to make room in a full local queue.
 _ROOM_WAIT_S: Final = 0.05
 _TRACE_RETENTION_MS: Final = str(7 * 86_400_000)
@@ -107,6 +140,117 @@ _PRODUCER_DEFAULTS: Final[dict[str, Any]] = {
     # a trace that cannot be delivered within a minute is not worth holding memory for
     "message.timeout.ms": 60_000,
 }
+
+
+def _events_in(item: Any) -> int:
+    """How many events a queued item stands for."""
+    kind = item[0]
+    if kind is COLUMNS:
+        return int(item[3])
+    return len(item[4]) if kind is RUN else len(item[3]) if kind is BATCHES else 1
+
+
+#: The first element of a :data:`Columns` item.
+COLUMNS: Final[Any] = object()
+
+#: The columns of the successes of listener batches, read off their records
+#: (:func:`batch_columns`): ``(COLUMNS, key, first_offset, count, offsets, indices,
+#: timestamps)``, the arguments of :meth:`~adapter.core.trace.RunBuilder.add`.  Holds no
+#: message: queued, it keeps nothing of the batch alive.
+Columns = tuple[Any, tuple[Any, ...], int, int, "list[int] | None", "list[int] | None", Any]
+
+
+def add_batch_run(
+    builder: RunBuilder, item: PendingRun | PendingBatches | Columns
+) -> tuple[Any, ...] | bool | None:
+    """Add the successes of listener batches to ``builder`` as columns (``item`` as
+    :func:`batch_columns` takes it, or what it gave): the run this closed (``None``: none).
+    ``False``: they cannot be a run (the caller derives the events one by one)."""
+    columns: Any = item if item[0] is COLUMNS else batch_columns(item)  # type: ignore[arg-type]
+    if columns is None:
+        return False
+    _, key, first, n, offsets, indices, stamps = columns
+    if not n:
+        return None
+    return builder.add(key, first, n, offsets, indices, stamps)
+
+
+def batch_columns(item: PendingRun | PendingBatches) -> Columns | None:
+    """The columns of the successes of one listener batch (a
+    :data:`~adapter.core.trace.PendingRun`), or of consecutive whole batches (a
+    :data:`~adapter.core.trace.PendingBatches`), when every event follows from its record
+    alone (:func:`~adapter.core.message.plain_records`, no headers, one timestamp type,
+    one partition); ``None`` when they cannot be a run.
+
+    Every per-record step is C code over the whole batch (``map``, ``any``, ``zip``), so
+    it costs far less per event than deriving and encoding each event."""
+    if item[0] is BATCHES:
+        _, group, now_ms, msgs, size, rt_ms, started = item  # type: ignore[misc]
+        return _columns(group, now_ms, msgs, size, None, None, rt_ms, started)
+    _, group, now_ms, batch, indices, ack_index, rt_ms, started = item  # type: ignore[misc]
+    size = len(batch)
+    if len(indices) == size:  # ``indices`` are distinct positions in order: all of them
+        return _columns(group, now_ms, batch, size, None, ack_index, rt_ms, started)
+    ok = list(indices)
+    msgs = [batch[i] for i in ok]
+    return _columns(group, now_ms, msgs, size, ok, ack_index, rt_ms, started)
+
+
+def _columns(  # noqa: PLR0917 - one call per hand-over, positional is cheapest
+    group: str,
+    now_ms: int,
+    msgs: list[Any],
+    size: int,
+    indices: list[int] | None,
+    ack_index: int | None,
+    rt_ms: float | None,
+    started: int | None,
+) -> Columns | None:
+    n = len(msgs)
+    if not n:
+        return (COLUMNS, (), 0, 0, None, None, ())
+    if n > 1:  # the first record's headers first: traffic with headers is refused at once
+        first_record = plain_records(msgs[:1])
+        try:
+            if first_record is None or _HEADERS(first_record[0]):
+                return None
+        except TypeError:  # not confluent-kafka records (messages built from fields)
+            return None
+    records = plain_records(msgs)
+    if records is None:
+        return None
+    head = records[0]
+    try:
+        if n == 1:  # a batch of one: no iterators set up for one record
+            if _HEADERS(head):
+                return None
+            kind, stamp = _TIMESTAMP(head)
+            stamps: Any = (stamp,)
+        else:
+            if any(map(_HEADERS, records)):
+                return None
+            kinds, stamps = zip(*map(_TIMESTAMP, records), strict=True)
+            kind = kinds[0]
+            if kinds.count(kind) != n:
+                return None
+    except TypeError:  # not confluent-kafka records (messages built from fields)
+        return None
+    tail = records[-1]
+    first, partition, kafka_topic = head.offset(), head.partition(), head.topic()
+    offsets: list[int] | None = None
+    if not (tail.offset() - first == n - 1 and tail.partition() == partition):
+        if len(set(map(_PARTITION, records))) != 1 or len(set(map(_TOPIC, records))) != 1:
+            return None
+        offsets = list(map(_OFFSET, records))
+    key = (
+        group, now_ms, msgs[0].topic, kafka_topic, partition, size, ack_index, rt_ms, started,
+        kind,
+    )  # fmt: skip
+    return (COLUMNS, key, first, n, offsets, indices, stamps)
+
+
+#: What the queue holds.
+_Item = TraceEvent | Pending | PendingRun | PendingBatches | Columns
 
 
 class KafkaTraceSink:
@@ -157,7 +301,19 @@ class KafkaTraceSink:
         self._max_bytes = max_bytes
         self._interval_s = interval_s
         self._max_queued = max_queued
-        self._queue: deque[TraceEvent | Pending | PendingRun] = deque()
+        #: joins listener batches into runs (packed only: the single layout has no runs)
+        self._runs = RunBuilder(max_events) if packed else None
+        self._run_encode = run_encoder()
+        # what the sink's thread took from the queue and has not produced yet: encoded
+        # events (and their message ids), encoded runs (and their event counts), the open
+        # run in ``_runs``; ``_held`` counts all their events
+        self._values: list[bytes] = []
+        self._ids: list[str] = []
+        self._run_values: list[bytes] = []
+        self._run_counts: list[int] = []
+        self._held = 0
+        self._waiting = 0  # events queued since the sink's thread last looked (about)
+        self._queue: deque[_Item] = deque()
         self._wake = threading.Event()
         self._drained = threading.Condition()
         self._busy = False  # the sink's thread is between taking events and producing them
@@ -187,56 +343,93 @@ class KafkaTraceSink:
 
     @property
     def queued(self) -> int:
-        """Events waiting for the sink's thread."""
-        return len(self._queue)
+        """Items (events, or listener batches of them) queued for the sink's thread, plus
+        the events it took and has not produced yet."""
+        return len(self._queue) + self._held
 
     # -- the sink (called on the consumer's threads) ---------------------------------------
     def __call__(self, event: TraceEvent) -> None:
         """Queue one event (built by the caller: the ScheduleService, tools, tests)."""
         self._put(event)
 
-    def defer(self, pending: Pending | PendingRun) -> None:
-        """Queue one consumer outcome, or the successes of one listener batch; the sink's
-        thread derives their events (:func:`~adapter.core.trace.consumer_fields`,
-        :func:`~adapter.core.trace.run_fields`).  The consumer's hot path.  (A batch counts
-        as one item against ``max_queued``.)"""
-        self._put(pending)
+    def defer(self, pending: Pending | PendingRun | PendingBatches) -> None:
+        """Queue one consumer outcome, or the successes of one listener batch or of
+        consecutive ones; the sink's thread derives their events (:func:`add_batch_run`,
+        :func:`~adapter.core.trace.consumer_fields`, :func:`~adapter.core.trace.run_fields`).
+        The consumer's hot path.  (A batch counts as one item against ``max_queued``.)"""
+        kind = pending[0]
+        if self._runs is None or not (kind is BATCHES or kind is RUN):
+            self._put(pending, _events_in(pending))
+            return
+        if self._put_columns(pending):  # type: ignore[arg-type]
+            return
+        if kind is RUN:
+            self._put(pending, _events_in(pending))
+            return
+        # one of the batches cannot be a run (a message with headers): the others still can,
+        # unless the first cannot either (then the traffic has headers: all are derived)
+        _, group, now_ms, msgs, size, rt_ms, started = pending  # type: ignore[misc]
+        for k in range(0, len(msgs), size):
+            batch = (RUN, group, now_ms, msgs[k : k + size], range(size), None, rt_ms, started)
+            if not self._put_columns(batch):
+                if not k:
+                    self._put(pending, len(msgs))
+                    return
+                self._put(batch, size)
 
-    def _put(self, item: TraceEvent | Pending | PendingRun) -> None:
+    def _put_columns(self, pending: PendingRun | PendingBatches) -> bool:
+        """Queue the columns of ``pending`` (read off the records while they are at hand:
+        nothing of them is kept); ``False`` when they cannot be a run."""
+        try:
+            columns = batch_columns(pending)
+        except Exception:  # derived one by one on the sink's thread, which reports it
+            return False
+        if columns is None:
+            return False
+        # holds no message: wake the sink's thread for a pack's worth only
+        self._put(columns, columns[3], self._max_events)
+        return True
+
+    def _put(self, item: _Item | Columns, events: int = 1, wake: int = _WAKE_EVENTS) -> None:
         if self._closed:
             return
         queue = self._queue
         n = len(queue)
         if n >= self._max_queued:
-            self._drop(f"trace queue full ({n} events): an event was dropped")
+            self._drop(f"trace queue full ({n} items): {events} event(s) dropped", events)
             return
         queue.append(item)  # deque.append is atomic: no lock on the hot path
-        if n >= self._max_events and not self._wake.is_set():
+        # not exact when consumer threads race here: it only decides when to wake the sink
+        waiting = self._waiting = self._waiting + events
+        if waiting >= wake and not self._wake.is_set():
             self._wake.set()
 
     # -- the sink's thread -----------------------------------------------------------------
     def _run(self) -> None:
         producer = self._producer
         queue = self._queue
+        sent_at = time.monotonic()
         while True:
-            woken = self._wake.wait(self._interval_s)
+            self._wake.wait(self._interval_s)
             self._wake.clear()
-            # woken by a pack's worth of events: produce full packs only (the rest waits for
-            # the next pack or the interval); on the interval, flush() or close(): all
-            everything = not woken or self._flushing > 0 or self._stopping
             self._busy = True
             try:
+                # take what is queued at once (the batches it holds are released: kept
+                # queued, they would outlive the garbage collector's young generations),
+                # and produce when a pack's worth is held (full packs only), on the
+                # interval, flush() or close() (everything)
                 while queue:
-                    take = (
-                        len(queue)
-                        if everything
-                        else len(queue) // self._max_events * self._max_events
-                    )
-                    if not take:
-                        break
-                    self._drain(producer, queue, take)
-                    producer.poll(0)  # delivery reports, error and statistics callbacks
-                producer.poll(0)
+                    self._waiting = 0
+                    self._take(queue, len(queue))
+                now = time.monotonic()
+                everything = (
+                    now - sent_at >= self._interval_s or self._flushing > 0 or self._stopping
+                )
+                if everything or self._held >= self._max_events:
+                    self._send(producer, everything=everything)
+                    if everything:
+                        sent_at = now
+                producer.poll(0)  # delivery reports, error and statistics callbacks
             except Exception:  # never let the thread die
                 log.exception("trace sink thread")
             finally:
@@ -246,54 +439,100 @@ class KafkaTraceSink:
             if self._stopping and not queue:
                 return
 
-    def _encode_drained(
-        self, queue: deque[TraceEvent | Pending | PendingRun], take: int
-    ) -> tuple[list[bytes], list[str]]:
-        """Take up to ``take`` (at most :data:`_DRAIN_MAX`) queued items; their encodings
-        (and message ids)."""
+    def _take(self, queue: deque[_Item], take: int) -> None:
+        """Take up to ``take`` (at most :data:`_DRAIN_MAX`) queued items: their events
+        encoded, or added to the open run (held until :meth:`_send`)."""
         popleft, encode, event_type = queue.popleft, trace_encoder(), TraceEvent
-        values: list[bytes] = []
-        ids: list[str] = []
+        values, ids = self._values, self._ids
+        builder = self._runs
         for _ in range(min(take, _DRAIN_MAX)):
             item = popleft()
             try:
                 if isinstance(item, event_type):
                     rows: Any = (item,)
-                elif item[0] is RUN:  # the successes of a listener batch
-                    rows = run_fields(item)  # type: ignore[arg-type]
+                elif item[0] is COLUMNS or item[0] is RUN or item[0] is BATCHES:
+                    if builder is not None:
+                        done: Any = add_batch_run(builder, item)  # type: ignore[arg-type]
+                        if done is not False:
+                            self._held += _events_in(item)
+                            if done is not None:
+                                self._encode_run(done)
+                            continue
+                    rows = (
+                        run_fields(item)  # type: ignore[arg-type]
+                        if item[0] is RUN
+                        else batches_fields(item)  # type: ignore[arg-type]
+                    )
                 else:  # one deferred consumer outcome
                     rows = (consumer_fields(item),)  # type: ignore[arg-type]
             except Exception as exc:
-                lost = len(item[4]) if item[0] is RUN else 1  # type: ignore[arg-type]
+                lost = _events_in(item)
                 self._drop(f"trace event(s) not derived: {exc!r}", lost)
                 continue
             for fields in rows:  # an event's fields, in its order
                 try:
                     values.append(encode(fields))
                     ids.append(fields[_MSG_ID])
+                    self._held += 1
                 except Exception as exc:
                     self._drop(f"trace event not encoded: {exc!r}")
-        return values, ids
 
-    def _drain(
-        self, producer: Any, queue: deque[TraceEvent | Pending | PendingRun], take: int
-    ) -> None:
-        """Encode ``take`` queued events and produce them, packed or one by one (this
-        thread only)."""
-        values, ids = self._encode_drained(queue, take)
-        if not values:
-            return
+    def _send(self, producer: Any, *, everything: bool) -> None:
+        """Produce the held events: all of them (closing the open run), or only full packs
+        (the rest stays held).  This thread only."""
         topic = self.kafka_topic
+        values, ids = self._values, self._ids
         if not self.packed:
             for value, msg_id in zip(values, ids, strict=True):
                 self._produce(producer, topic, value, msg_id.encode("utf-8", "surrogatepass"), 1)
+            values.clear()
+            ids.clear()
+            self._held = 0
             return
+        if everything and self._runs is not None:
+            closed = self._runs.close()
+            if closed is not None:
+                self._encode_run(closed)
+        del ids[: self._send_packs(producer, values, None, everything)]
+        self._send_packs(producer, self._run_values, self._run_counts, everything)
+        self._held = len(values) + sum(self._run_counts)  # + the open run's, when kept
+        if not everything and self._runs is not None:
+            self._held += self._runs.count
+
+    def _send_packs(
+        self, producer: Any, items: list[bytes], counts: list[int] | None, everything: bool
+    ) -> int:
+        """Produce ``items`` (events, or runs of ``counts`` events) as packs and remove
+        them: all of them, or all but the last pack (which may grow).  How many went."""
+        if not items:
+            return 0
+        ends = plan_packs([len(v) for v in items], self._max_events, self._max_bytes, counts)
+        if not everything:
+            ends.pop()
         start = 0
-        for end in plan_packs([len(v) for v in values], self._max_events, self._max_bytes):
-            n = end - start
-            value = pack_traces(values[start:end])
-            self._produce(producer, topic, value, None, n, on_delivery=partial(self._on_pack, n))
+        for end in ends:
+            if counts is None:
+                n, value = end - start, pack_traces(items[start:end])
+            else:
+                n, value = sum(counts[start:end]), pack_traces([], items[start:end])
+            self._produce(
+                producer, self.kafka_topic, value, None, n, on_delivery=partial(self._on_pack, n)
+            )
             start = end
+        del items[:start]
+        if counts is not None:
+            del counts[:start]
+        return start
+
+    def _encode_run(self, fields: tuple[Any, ...]) -> None:
+        n: int = fields[_RUN_COUNT]
+        try:
+            self._run_values.append(self._run_encode(fields))
+        except Exception as exc:
+            self._held -= n
+            self._drop(f"trace run of {n} event(s) not encoded: {exc!r}", n)
+            return
+        self._run_counts.append(n)
 
     def _produce(
         self,
@@ -365,7 +604,7 @@ class KafkaTraceSink:
 
     def _wait_until_drained(self, deadline: float) -> bool:
         with self._drained:
-            while self._queue or self._busy:
+            while self._queue or self._busy or self._held:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -382,7 +621,7 @@ class KafkaTraceSink:
         deadline = time.monotonic() + timeout_s
         self._wait_drained(deadline)
         remaining: int = producer.flush(max(0.0, deadline - time.monotonic()))
-        return self._in_flight(remaining) + len(self._queue)
+        return self._in_flight(remaining) + len(self._queue) + self._held
 
     def _in_flight(self, records: int) -> int:
         """Events in the producer's ``records`` (packs: counted by their delivery reports)."""
@@ -410,8 +649,9 @@ class KafkaTraceSink:
         except Exception:
             log.exception("trace producer flush failed")
             in_producer = 0
-        never_produced = len(self._queue)
+        never_produced = len(self._queue) + self._held
         self._queue.clear()
+        self._held = 0
         with self._lock:
             self.dropped += never_produced + in_producer
             self._undelivered += in_producer

@@ -1,5 +1,5 @@
 """``rmq-kafka bench``'s analytics rows at a tiny size: the Spark job-vs-plain-count row and
-the trace-emission rows (batch 1 and 32) are measured in one run and land in the table and
+the trace-emission rows (batch 1 and 32; batch 32 on records with RocketMQ headers) are measured in one run and land in the table and
 the JSON."""
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def test_analytics_rows_at_a_tiny_size(kafka_bootstrap_servers: str, tmp_path: P
     assert set(rows) == {"trace emission", "analytics"}
     spark_row = rows["analytics"]
     trace_rows = [r for r in results if r["scenario"].startswith("trace emission")]
-    assert ["batch=1 " in r["scenario"] for r in trace_rows] == [True, False]
+    assert ["batch=1 " in r["scenario"] for r in trace_rows] == [True, False, False]
     assert "batch=32 " in trace_rows[1]["scenario"]
+    assert (
+        "batch=32 " in trace_rows[2]["scenario"] and "RocketMQ headers" in trace_rows[2]["scenario"]
+    )
     assert spark_row["trace_rows"] == 1_500 and spark_row["runs"] == 1
     for row in (spark_row, *trace_rows):
         assert row["ours_msgs_per_s"] > 0 and row["raw_msgs_per_s"] > 0

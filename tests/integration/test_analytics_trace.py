@@ -15,6 +15,7 @@ from adapter.core import naming
 from adapter.core.trace import TraceEvent, TraceStatus
 from adapter.io.avro import (
     TRACE_SCHEMA_HEADER,
+    decode,
     decode_trace,
     decode_trace_records,
     trace_batch_schema,
@@ -151,3 +152,65 @@ def test_unreachable_broker_drops_instead_of_raising() -> None:
     assert time.monotonic() - t0 < 1.0  # enqueueing does not wait for the broker
     sink.close(timeout_s=5)
     assert sink.dropped == 5 and sink.delivered == 0
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_traced_consumer_writes_runs_that_read_back_as_its_events(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, batch: int
+) -> None:
+    """Plain Kafka records (no headers) consumed with ``trace_topic``: the sink writes runs
+    (``ConsumeTraceRun``), and they read back as the events a plain sink is handed for the
+    same records (one more message has headers: its events stay events)."""
+    from confluent_kafka import Producer
+
+    from adapter import PushConsumer
+    from tests.support.consumer_helpers import RecordingListener, wait_until
+
+    topic = kafka_topic_factory("runs")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    for i in range(40):
+        headers = [("TAGS", b"T")] if i == 17 else None
+        producer.produce(topic, f"m{i}".encode(), headers=headers)
+    assert producer.flush(10) == 0
+    logical = f"trace-{uuid.uuid4().hex[:8]}"
+    plain: list[TraceEvent] = []
+    sinks: list[dict[str, Any]] = [{"trace_topic": logical}, {"trace_sink": plain.append}]
+    for options in sinks:
+        listener = RecordingListener()
+        consumer = PushConsumer(
+            {"bootstrap.servers": kafka_bootstrap_servers, "group.id": f"g-{uuid.uuid4().hex}",
+             "auto.offset.reset": "earliest"},
+            consume_message_batch_max_size=batch, partitions=1, **options,
+        )  # fmt: skip
+        consumer.subscribe(topic)
+        consumer.register_message_listener(listener)
+        with consumer:  # shutting down flushes the trace sink
+            wait_until(lambda seen=listener: len(seen) >= 40, what="40 deliveries")
+    got: list[dict[str, Any]] = []
+    in_runs = 0
+    reader = Consumer(
+        {"bootstrap.servers": kafka_bootstrap_servers, "group.id": f"r-{uuid.uuid4().hex}",
+         "auto.offset.reset": "earliest"}
+    )  # fmt: skip
+    reader.subscribe([naming.to_kafka(logical)])
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 40 and time.monotonic() < deadline:
+            m = reader.poll(0.5)
+            if m is not None and m.error() is None:
+                tag = dict(m.headers())[TRACE_SCHEMA_HEADER].decode()
+                got += decode_trace_records(m.value(), tag)
+                in_runs += sum(r["count"] for r in decode(trace_batch_schema(), m.value())["runs"])
+    finally:
+        reader.close()
+    assert len(got) == 40
+    same = ("topic", "partition", "offset", "msg_id", "origin_msg_id", "reconsume_times",
+            "tags", "keys", "born_timestamp_ms", "origin_born_timestamp_ms",
+            "store_timestamp_ms", "status", "ack_index", "delay_level")  # fmt: skip
+    want = sorted((tuple(e.to_record()[f] for f in same) for e in plain), key=lambda r: r[2])
+    assert sorted((tuple(r[f] for f in same) for r in got), key=lambda r: r[2]) == want
+    assert all(0 <= r["batch_index"] < r["batch_size"] <= batch for r in got)
+    assert {r["tags"] for r in got} == {None, "T"}
+    # the batch with headers is not in a run (nor is the rest of its fetched run, should
+    # that start with it); the messages before it are
+    assert 17 <= in_runs <= 40 - batch

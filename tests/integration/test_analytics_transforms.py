@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from confluent_kafka import Message
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
@@ -18,9 +19,19 @@ from pyspark.testing import assertDataFrameEqual
 from adapter.analytics import transforms
 from adapter.analytics.jobs import KAFKA_SOURCE_SCHEMA
 from adapter.analytics.testing import shared_spark
-from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.core.message import view_of
+from adapter.core.trace import (
+    BATCHES,
+    RUN,
+    RunBuilder,
+    TraceEvent,
+    TraceStatus,
+    batches_fields,
+    run_fields,
+)
 from adapter.io import avro as schemas
 from adapter.io.avro import TRACE_SCHEMA_HEADER, encode, encode_trace, trace_schema
+from adapter.io.trace_sink import add_batch_run
 
 pytestmark = pytest.mark.spark
 
@@ -212,6 +223,81 @@ def test_decode_explodes_packed_records_beside_single_ones(spark: SparkSession) 
     assertDataFrameEqual(got.select(*fields), single.select(*fields))
     assert [r.kafka_offset for r in got.orderBy("msg_id").collect()] == [0, 1, 1, 1, 3, 4, 4]
     assert transforms.decode_traces(df, keep_malformed=True).count() == 8  # + the empty pack
+
+
+def _traffic() -> tuple[list[tuple[Any, ...]], list[TraceEvent]]:
+    """Listener batches over records without headers (whole and partial successes, create
+    and log-append times, a gap in the offsets, one record with headers) as the consumer
+    hands them to the sink, and the events the sink used to write one by one."""
+    stamps: list[int | None] = [BASE + 500]
+    records = [
+        Message(topic="k-orders", partition=1, offset=10 + i + (4 if i > 9 else 0), value=b"x",
+                timestamp=(2 if i >= 14 else 1, BASE - 3_000 + 100 * i),
+                headers=[("UNIQ_KEY", b"U7")] if i == 7 else None)
+        for i in range(18)
+    ]  # fmt: skip
+    msgs = [view_of(r, "orders", False, stamps) for r in records]
+    items: list[tuple[Any, ...]] = [
+        (BATCHES, "g", BASE + 1_000, msgs[:6], 2, 0.5, BASE + 500),
+        (RUN, "g", BASE + 1_000, msgs[6:9], range(3), None, 0.5, BASE + 500),  # headers
+        (RUN, "g", BASE + 61_000, msgs[9:13], [0, 2, 3], 1, 0.25, BASE + 500),  # window 2
+        (BATCHES, "g", BASE + 61_000, msgs[13:18], 5, 0.25, BASE + 500),  # mixed stamps
+    ]
+    events = []
+    for item in items:
+        rows = batches_fields(item) if item[0] is BATCHES else run_fields(item)  # type: ignore[arg-type]
+        events += [TraceEvent._make(f) for f in rows]
+    return items, events
+
+
+def test_runs_decode_to_the_rows_of_the_same_events_written_one_by_one(
+    spark: SparkSession,
+) -> None:
+    """The same traffic written as runs (what the sink writes now), as packed events and as
+    single records: decode_traces gives the same rows, consume_metrics the same output."""
+    items, events = _traffic()
+    builder = RunBuilder(1_000)
+    runs, single = [], []
+    for item in items:
+        done = add_batch_run(builder, item)  # type: ignore[arg-type]
+        if done is False:
+            rows = batches_fields(item) if item[0] is BATCHES else run_fields(item)  # type: ignore[arg-type]
+            single += [encode_trace(TraceEvent._make(f)) for f in rows]
+        elif done is not None:
+            runs.append(schemas.run_encoder()(done))  # type: ignore[arg-type]
+    last = builder.close()
+    assert last is not None
+    runs.append(schemas.run_encoder()(last))
+    assert len(runs) >= 2 and single  # both kinds are in the test
+    packed_tag = schemas.trace_batch_schema().tag.encode()
+    df = raw(
+        spark,
+        [schemas.pack_traces(single, runs), schemas.pack_traces([])],  # + an empty pack
+        [[(TRACE_SCHEMA_HEADER, packed_tag)]] * 2,
+    )
+    fields = list(trace_schema().field_names)
+    got = transforms.decode_traces(df)
+    one_by_one = transforms.decode_traces(raw(spark, [encode_trace(e) for e in events]))
+    assertDataFrameEqual(got.select(*fields), one_by_one.select(*fields))
+    assert got.count() == len(events) == 17
+    assertDataFrameEqual(
+        transforms.consume_metrics(got, window="1 minute"),
+        transforms.consume_metrics(one_by_one, window="1 minute"),
+    )
+
+
+def test_a_pack_in_the_retired_layout_still_decodes(spark: SparkSession) -> None:
+    """Packs written before runs existed (the retired ConsumeTraceBatch, events only)."""
+    current = schemas.trace_batch_schema()
+    (retired,) = [
+        s for t, s in schemas.known_schemas(schemas.TRACE_BATCH).items() if t != current.tag
+    ]
+    events = [consume(i, S.SUCCESS, 0, at=i) for i in range(1, 4)]
+    old = schemas.pack_traces([encode_trace(e) for e in events])[:-1]  # no runs array
+    df = raw(spark, [old], [[(TRACE_SCHEMA_HEADER, retired.tag.encode())]])
+    fields = list(trace_schema().field_names)
+    single = transforms.decode_traces(raw(spark, [encode_trace(e) for e in events]))
+    assertDataFrameEqual(transforms.decode_traces(df).select(*fields), single.select(*fields))
 
 
 # --- consume metrics --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Each test reads like the rule it checks (docs/semantics.md, "Concurrent consumpt
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -474,6 +475,55 @@ class TestFlowControl:
         actions = eng.tick(0.0)
         assert of(Hurry, actions) == [] and of(Pause, actions) == []
         assert of(StoreOffsets, actions) == [StoreOffsets(((TP, 2),))]
+
+
+class TestLettingGo:
+    """A finished run keeps no message it does not need (a failing stream's garbage then
+    dies young instead of driving the collector at the allocation rate)."""
+
+    def test_a_run_with_a_held_copy_keeps_only_the_held_message(self) -> None:
+        eng = engine(batch_size=4)
+        batch = msgs(0, 4)
+        refs = [weakref.ref(m) for m in batch]
+        work = eng.fetched(TP, batch, end=4)
+        assert work is not None
+        del batch
+        backs = of(SendBack, eng.settle_run(work, [(0, outcome(OK, 4, ack_index=1), 0.0)], 0.0))
+        assert [b.msg.queue_offset for b in backs] == [2, 3]
+        assert [r() is None for r in refs] == [True, True, False, False]  # 0, 1 succeeded
+        assert work.batch_len(0) == 4 and eng.committable(TP) == 2
+        for b in backs:
+            eng.published(b)
+        assert eng.committable(TP) == 4
+
+    def test_a_settled_run_behind_a_held_one_is_let_go_at_once(self) -> None:
+        eng = engine(batch_size=2)
+        first = eng.fetched(TP, msgs(0, 2), end=2)
+        assert first is not None
+        backs = of(SendBack, eng.settle_run(first, [(0, outcome(LATER, 2), 0.0)], 0.0))
+        later = msgs(2, 2)
+        refs = [weakref.ref(m) for m in later]
+        work = eng.fetched(TP, later, end=4)
+        assert work is not None
+        del later
+        assert eng.settle_run(work, [], 0.0) == []
+        del work
+        assert all(r() is None for r in refs)  # settled: nothing of it is needed any more
+        assert eng.committable(TP) == 0
+        for b in backs:
+            eng.published(b)
+        assert eng.committable(TP) == 4
+
+    def test_a_late_result_after_the_timeout_still_knows_its_batch_size(self) -> None:
+        eng = engine(consume_timeout_s=5.0, batch_size=2)
+        work = eng.fetched(TP, msgs(0, 3), end=3, pooled=True)
+        assert work is not None and work.started is not None
+        eng.completed(work, 1, None, 1.0)
+        work.started[0] = 10.0
+        backs = of(SendBack, eng.tick(15.5))  # batch 0 timed out: the run is done
+        assert [b.msg.queue_offset for b in backs] == [0, 1]
+        assert work.batch_len(0) == 2 and work.batch_len(1) == 1  # for the late result
+        assert eng.completed(work, 0, None, 16.0, rt_s=6.0) == []
 
 
 # --- the invariant ------------------------------------------------------------------------

@@ -317,12 +317,13 @@ class CircuitConcurrentEngine(ConcurrentEngine):
             for index, outcome, rt_s in failures
             if outcome is not None or rt_s > limit
         )
+        # read before the run settles: a finished run lets its messages go
+        starts = [work.msgs[index * work.size].queue_offset for index, _ in failed]
         actions = super().settle_run(work, failures, now)
         gate = self.gate
         held = gate.record(now, work.nbatches - len(failed), [error for _, error in failed])
         if held:
-            first = failed[len(failed) - held][0]
-            actions = self._hold(actions, work.msgs[first * work.size].queue_offset)
+            actions = self._hold(actions, starts[len(failed) - held])
         return self._changes(actions)
 
     def _hold(self, actions: list[Action], from_offset: int | None) -> list[Action]:

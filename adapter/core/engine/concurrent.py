@@ -65,6 +65,9 @@ _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mut
 #: a named tuple made without its generated ``__new__`` (a Python frame per failed message)
 new_tuple: Any = tuple.__new__
 
+#: Destinations remembered at most (see ``ConcurrentEngine._routes``).
+_ROUTES_MAX = 1024
+
 #: How many times its count and span limits a partition may reach while what holds its
 #: committable offset is a copy awaiting the broker's verdict (see ``docs/semantics.md``).
 COPY_ALLOWANCE = 10
@@ -84,6 +87,11 @@ class ConcurrentEngine:
         self._next_store = 0.0
         #: partitions hurried at the last tick: if still over a limit now, they pause
         self._hurried: set[TP] = set()
+        #: where a failed message goes, per (reconsume_times, its own maximum, the
+        #: listener's delay level): the same few answers over and over (one failure per
+        #: batch of one would otherwise work out and build its destination each time);
+        #: destinations are immutable, so copies share them
+        self._routes: dict[tuple[int, int | None, int], Destination] = {}
 
     # -- partitions ------------------------------------------------------------------------
     def assigned(self, tp: TP) -> None:
@@ -212,8 +220,8 @@ class ConcurrentEngine:
         opts = self.options
         size, ack_index, failure = len(batch), outcome.ack_index, outcome.failure
         tp, generation, home = part.tp, part.generation, work.home
-        # the messages of a batch mostly share their count and limit: route each pair once
-        routes: dict[tuple[int, int | None], Destination] = {}
+        routes = self._routes
+        delay_level = outcome.delay_level
         append = actions.append
         if not opts.clustering:
             for i in outcome.failed:
@@ -231,12 +239,14 @@ class ConcurrentEngine:
         for i in outcome.failed:
             msg = batch[i]
             times, limit = msg.reconsume_times, msg.max_reconsume_times
-            dest = routes.get((times, limit))
+            dest = routes.get((times, limit, delay_level))
             if dest is None:
-                dest = routes[times, limit] = route_failed(
+                if len(routes) >= _ROUTES_MAX:
+                    routes.clear()
+                dest = routes[times, limit, delay_level] = route_failed(
                     reconsume_times=times,
                     max_reconsume_times=opts.max_reconsume_times,
-                    delay_level_when_next_consume=outcome.delay_level,
+                    delay_level_when_next_consume=delay_level,
                     levels=opts.levels,
                     message_max_reconsume_times=limit,
                 )
@@ -263,8 +273,17 @@ class ConcurrentEngine:
             if work.nbytes:
                 part.nbytes -= work.nbytes
                 work.nbytes = 0
-            # a settled run is let go at once: its messages die young instead of being
-            # promoted by the garbage collector while they wait for the next tick
+            # a finished run is let go at once, so that its messages die young instead of
+            # being promoted by the garbage collector (whose collections then come at the
+            # allocation rate): a settled run leaves the queue from either end, and a run
+            # whose failed messages await their copies keeps only those (their actions
+            # hold them), not the messages that succeeded around them
+            if work.pending:
+                work.let_go()
+            else:
+                works = part.works
+                if works and works[-1] is work:
+                    works.pop()
             part.release_settled()
         self._dirty.add(part.tp)
 

@@ -29,7 +29,8 @@ class Work:
     began it (set by the worker; ``None`` until then), for consume timeouts.  ``pending``
     maps the offset of each failed message whose copy is not settled yet to the action
     that owns it.  A *local retry* is a Work of one batch whose message is tracked in its
-    ``origin`` (the run it was fetched in).
+    ``origin`` (the run it was fetched in).  Once every batch of a run is done the engine
+    lets its messages go (:meth:`let_go`): ``msgs`` is then empty.
     """
 
     __slots__ = (
@@ -45,6 +46,7 @@ class Work:
         "pending",
         "size",
         "started",
+        "total",
         "tp",
     )
 
@@ -63,7 +65,8 @@ class Work:
         self.generation = generation
         self.msgs = msgs
         self.size = size
-        self.nbatches = (len(msgs) + size - 1) // size
+        self.total = len(msgs)  # kept after the messages are let go (a late result's size)
+        self.nbatches = (self.total + size - 1) // size
         self.end = end  # the offset after the last one fetched in this run
         self.nbytes = nbytes
         self.origin = origin
@@ -84,7 +87,7 @@ class Work:
         return [self.batch(i) for i in range(self.nbatches)]
 
     def batch_len(self, index: int) -> int:
-        return min(self.size, len(self.msgs) - index * self.size)
+        return min(self.size, self.total - index * self.size)
 
     @property
     def home(self) -> Work:
@@ -105,6 +108,11 @@ class Work:
             upto += 1
         self.done_upto = upto
         return True
+
+    def let_go(self) -> None:
+        """Every batch is done: drop the run's messages (what is still held stays with its
+        owner in :attr:`pending`; :meth:`first_unsettled` no longer needs them)."""
+        self.msgs = []
 
     def mark_all_done(self) -> None:
         self.left = 0
