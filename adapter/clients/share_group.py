@@ -45,6 +45,8 @@ GROUP_RESET = "share.auto.offset.reset"
 BROKER_DEFAULT_LOCK_S = 30.0
 #: How long an admin request may take (seconds).
 _ADMIN_TIMEOUT_S = 30.0
+#: How long a refresh may take (seconds): a later one comes anyway.
+_REFRESH_TIMEOUT_S = 10.0
 #: After a refresh failed, the next try comes this soon (seconds), doubling up to the max.
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.5, 30.0
 
@@ -148,9 +150,11 @@ class ResetRefresher:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop refreshing.  Waits at most a second: a request in flight (the broker
+        unreachable) must not hold up the consumer's shutdown; the thread ends with it."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(_ADMIN_TIMEOUT_S)
+            self._thread.join(1.0)
 
     def _run(self, due_ms: int) -> None:
         admin = AdminClient(admin_config(self._config))
@@ -170,7 +174,7 @@ class ResetRefresher:
             )
             try:
                 for fut in admin.incremental_alter_configs([resource]).values():
-                    fut.result(timeout=_ADMIN_TIMEOUT_S)
+                    fut.result(timeout=_REFRESH_TIMEOUT_S)
             except Exception as exc:
                 log.warning(
                     "share group %s: setting %s=%s failed (trying again in %.1f s): %s",
