@@ -1,6 +1,6 @@
 """``rmq-kafka bench``'s analytics rows at a tiny size: the Spark job-vs-plain-count row and
-the trace-emission rows (batch 1 and 32; batch 32 on records with RocketMQ headers) are measured in one run and land in the table and
-the JSON."""
+the trace-emission rows (batch 1 and 32; batch 32 on records with RocketMQ headers) are
+measured in one run and land in the table and the JSON."""
 
 from __future__ import annotations
 
