@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.simple_backends import share_backend_unsupported
+
 pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -51,3 +53,36 @@ def test_the_using_it_example_runs_as_written_and_loses_nothing(
         out.stdout,
         out.stderr[-3000:],
     )
+
+
+def _share_example() -> str:
+    text = README.read_text()
+    section = text[text.index("### SimpleConsumer (RocketMQ 5)\n") :]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    return next(b for b in blocks if 'backend="share"' in b)
+
+
+@pytest.mark.skipif(share_backend_unsupported(), reason="the share backend needs Kafka 4.3+")
+def test_the_share_backend_example_runs_as_written(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """The share-group SimpleConsumer example: subscribe, start, send to a new topic; every
+    message is received once, at its first attempt."""
+    run = uuid.uuid4().hex[:8]
+    code = _share_example()
+    code = code.replace('"invoice-workers"', f'"invoice-workers-{run}"')
+    code = code.replace('"invoices"', f'"invoices-{run}"')
+    script = tmp_path / "share_example.py"
+    script.write_text(code)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers}
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = sorted(line for line in out.stdout.splitlines() if line.startswith("invoice-"))
+    assert lines == [f"invoice-{i} attempt 1" for i in range(3)], out.stdout
