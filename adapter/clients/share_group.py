@@ -69,13 +69,11 @@ def share_group_configs(
     return wanted
 
 
-def configure_share_group(
-    config: Mapping[str, Any], group: str, wanted: Mapping[str, str], given: Mapping[str, Any]
-) -> float:
-    """Set ``wanted`` on ``group`` (other group configs are left as they are) and return
-    the record lock in force, in seconds.  A refusal raises :class:`ConfigError` naming
-    the option behind it (``given``: the options as the application gave them)."""
-    admin = AdminClient(admin_config(config))
+def _set_group_configs(
+    admin: AdminClient, group: str, wanted: Mapping[str, str], timeout_s: float
+) -> None:
+    """Set ``wanted`` on ``group``'s configs (the others left as they are); raises what the
+    broker answered."""
     resource = ConfigResource(
         ResourceType.GROUP,
         group,
@@ -84,9 +82,19 @@ def configure_share_group(
             for k, v in wanted.items()
         ],
     )
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(timeout=timeout_s)
+
+
+def configure_share_group(
+    config: Mapping[str, Any], group: str, wanted: Mapping[str, str], given: Mapping[str, Any]
+) -> float:
+    """Set ``wanted`` on ``group`` (other group configs are left as they are) and return
+    the record lock in force, in seconds.  A refusal raises :class:`ConfigError` naming
+    the option behind it (``given``: the options as the application gave them)."""
+    admin = AdminClient(admin_config(config))
     try:
-        for fut in admin.incremental_alter_configs([resource]).values():
-            fut.result(timeout=_ADMIN_TIMEOUT_S)
+        _set_group_configs(admin, group, wanted, _ADMIN_TIMEOUT_S)
     except confluent_kafka.KafkaException as exc:
         name = "max_delivery_attempts" if GROUP_LIMIT in str(exc) else "lock_duration"
         raise ConfigError(
@@ -131,7 +139,6 @@ class ResetRefresher:
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.refreshes = 0
 
     def first(self) -> OffsetReset:
         """The value to set at start, with the rest of the group's configs."""
@@ -163,18 +170,10 @@ class ResetRefresher:
             plan = offset_reset(
                 self._where, self._start_ms, self._timestamp_ms, self._clock.now_ms()
             )
-            resource = ConfigResource(
-                ResourceType.GROUP,
-                self._group,
-                incremental_configs=[
-                    ConfigEntry(
-                        GROUP_RESET, plan.value, incremental_operation=AlterConfigOpType.SET
-                    )
-                ],
-            )
             try:
-                for fut in admin.incremental_alter_configs([resource]).values():
-                    fut.result(timeout=_REFRESH_TIMEOUT_S)
+                _set_group_configs(
+                    admin, self._group, {GROUP_RESET: plan.value}, _REFRESH_TIMEOUT_S
+                )
             except Exception as exc:
                 log.warning(
                     "share group %s: setting %s=%s failed (trying again in %.1f s): %s",
@@ -187,7 +186,6 @@ class ResetRefresher:
                 due_ms = self._clock.now_ms() + int(retry_s * 1000)
                 retry_s = min(_RETRY_MAX_S, retry_s * 2)
                 continue
-            self.refreshes += 1
             retry_s = _RETRY_FIRST_S
             assert plan.refresh_at_ms is not None  # only a start at the first offset has none
             due_ms = plan.refresh_at_ms

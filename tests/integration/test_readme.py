@@ -25,19 +25,18 @@ def _using_it() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
-def test_the_using_it_example_runs_as_written_and_loses_nothing(
-    kafka_bootstrap_servers: str, tmp_path: Path
-) -> None:
-    """Subscribe, then send to a topic that does not exist yet: every message is handled
-    (a new group on a new topic reads it from its first message), the retried one too."""
-    code = _using_it()
-    # the example's fixed names, made unique so that runs do not meet on a shared broker
+def _run_as_written(
+    code: str, names: tuple[str, ...], bootstrap: str, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a README example as a script against ``bootstrap``; its fixed ``names`` (quoted
+    strings: groups, topics) made unique so that runs do not meet on a shared broker.
+    Fails the test when the script fails."""
     run = uuid.uuid4().hex[:8]
-    code = code.replace('"orders-service"', f'"orders-service-{run}"')
-    code = code.replace('"orders"', f'"orders-{run}"')
+    for name in names:
+        code = code.replace(f'"{name}"', f'"{name}-{run}"')
     script = tmp_path / "example.py"
     script.write_text(code)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers}
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
     out = subprocess.run(
         [sys.executable, str(script)],
         check=False,
@@ -47,6 +46,17 @@ def test_the_using_it_example_runs_as_written_and_loses_nothing(
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_the_using_it_example_runs_as_written_and_loses_nothing(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """Subscribe, then send to a topic that does not exist yet: every message is handled
+    (a new group on a new topic reads it from its first message), the retried one too."""
+    out = _run_as_written(
+        _using_it(), ("orders-service", "orders"), kafka_bootstrap_servers, tmp_path
+    )
     assert (
         out.stdout.strip().splitlines()[-1] == "[b'at-a-time', b'flaky', b'in-10s', b'order-1']"
     ), (
@@ -68,21 +78,8 @@ def test_the_share_backend_example_runs_as_written(
 ) -> None:
     """The share-group SimpleConsumer example: subscribe, start, send to a new topic; every
     message is received once, at its first attempt."""
-    run = uuid.uuid4().hex[:8]
-    code = _share_example()
-    code = code.replace('"invoice-workers"', f'"invoice-workers-{run}"')
-    code = code.replace('"invoices"', f'"invoices-{run}"')
-    script = tmp_path / "share_example.py"
-    script.write_text(code)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers}
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = _run_as_written(
+        _share_example(), ("invoice-workers", "invoices"), kafka_bootstrap_servers, tmp_path
     )
-    assert out.returncode == 0, out.stderr[-3000:]
     lines = sorted(line for line in out.stdout.splitlines() if line.startswith("invoice-"))
     assert lines == [f"invoice-{i} attempt 1" for i in range(3)], out.stdout
