@@ -72,7 +72,7 @@ case "$cmd" in
   test-cluster)
     setup
     echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
-    RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/cluster "$@"
+    RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --capture=sys tests/cluster "$@"
     ;;
   conformance)
     setup

@@ -71,7 +71,9 @@ def _run(
         work.start()
         time.sleep(WARMUP_S)  # traffic, retries and forwards under way before the bounce
         began = time.monotonic()
+        work.mark()
         bounce(work)
+        work.mark()
         took = time.monotonic() - began
         time.sleep(SETTLE_S)  # traffic goes on after the cluster healed
         report = work.verify(took)
@@ -91,11 +93,13 @@ def _assert_nothing_lost(work: Workload, report: Report) -> None:
     assert report.dead_lettered == 0  # one failure each, far below the maximum
     if work.delivery is EOS:
         assert report.duplicates_forwarded == 0
-    # the workload ran: sends are synchronous (each waits for 2 of 3 replicas), so their
-    # pace is the cluster's latency, not ``rate``: 56 a second measured on this 2-core
-    # machine with three brokers, down to 17 a second in CI (434 in a 26 s scenario whose
-    # leader was frozen for 12 s); the stall figures show the traffic never stopped
-    assert report.forwarded > 0 and report.sent > 200
+    # the workload ran before, during and after the bounce, and forwarded retries: sends
+    # are synchronous (each waits for 2 of 3 replicas), so their pace is the cluster's
+    # latency, not ``rate``: 56 a second measured on this 2-core machine with three
+    # brokers, down to 17 a second in CI and 6 a second with a second cluster beside it
+    # (159 in a scenario whose leader was frozen for 12 s); a count fixed in advance
+    # failed there, so the check is that sending never stopped for good
+    assert report.forwarded > 0 and report.sent_during > 0 and report.sent_after > 0
 
 
 def _kill_and_restart(cluster: EmbeddedKafka, node_id: int) -> None:

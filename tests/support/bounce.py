@@ -74,6 +74,9 @@ class Report:
     forwarded: int
     aborted_transactions: int
     bounce_s: float
+    #: sends that succeeded while the bounce ran and after it (the traffic went on)
+    sent_during: int = 0
+    sent_after: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -85,7 +88,8 @@ class Report:
             f"{len(self.order_violations)}, SimpleConsumer lost {len(self.simple_lost)}; "
             f"retry lateness p99 {self.lateness_p99_ms:.0f} ms; longest stall: {stalls}; "
             f"forwarded {self.forwarded}, aborted transactions {self.aborted_transactions}; "
-            f"bounce took {self.bounce_s:.1f} s"
+            f"bounce took {self.bounce_s:.1f} s (sent during it {self.sent_during}, "
+            f"after it {self.sent_after})"
         )
 
 
@@ -140,6 +144,7 @@ class Workload:
         self._threads: list[threading.Thread] = []
         self._closers: list[Any] = []
         self.errors: list[BaseException] = []
+        self._marks: list[int] = []  # sends counted at the bounce's start and end
 
     # ---- clients ---------------------------------------------------------------------------
 
@@ -275,6 +280,14 @@ class Workload:
 
     # ---- verdict ---------------------------------------------------------------------------
 
+    def mark(self) -> None:
+        """Count the sends so far (called as the bounce starts and as it ends)."""
+        with self.lock:
+            self._marks.append(self._sent_count())
+
+    def _sent_count(self) -> int:
+        return len(self.sent) + sum(self.sent_keyed.values()) + len(self.sent_simple)
+
     def stop_sending(self) -> None:
         self._stop.set()
         for t in self._threads:
@@ -348,8 +361,11 @@ class Workload:
         )
         stats = self.service.stats
         extra = self._diagnose(lost) if lost else {}
+        with self.lock:
+            total = self._sent_count()
+        start, end = [*self._marks, total, total][:2]
         return Report(
-            sent=len(sent) + sum(sent_keyed.values()) + len(self.sent_simple),
+            sent=total,
             send_failures=list(self.send_failures),
             lost=lost,
             dead_lettered=len(dlq),
@@ -362,6 +378,8 @@ class Workload:
             forwarded=stats.forwarded,
             aborted_transactions=stats.transactions_aborted,
             bounce_s=bounce_s,
+            sent_during=end - start,
+            sent_after=total - end,
             extra=extra,
         )
 
