@@ -149,9 +149,11 @@ class LibrdkafkaLog:
     (a broker refusing a connection, a retried request) at its "error" level; what a client
     cannot get past reaches the application as an error, so those lines are warnings here.
 
-    A line that repeats (the same facility and text, numbers aside: "Connect to ... failed
-    (after 0ms ...)" every second while a broker is down) is written once, then at most once
-    every ``every_s`` seconds with how many were left out.
+    A line that repeats (the same client, facility and text, numbers aside: "Connect to ...
+    failed (after 0ms ...)" every second while a broker is down) is written once, then at
+    most once every ``every_s`` seconds with how many were left out.  Lines are told apart
+    per client instance (librdkafka's ``rdkafka#producer-3``), so one client's repeats never
+    hide another's first line.
     """
 
     __slots__ = ("_clock", "_every_s", "_seen", "logger")
@@ -175,7 +177,12 @@ class LibrdkafkaLog:
         if level < logging.WARNING:
             self.logger.log(level, msg, *args)
             return
-        shape = _DIGITS.sub("#", msg % args if args else msg)
+        # confluent-kafka calls ``log(level, "%s [%s] %s", facility, client name, text)``:
+        # the client's name keeps its number, the rest is normalised
+        if len(args) == 3:
+            shape = f"{args[1]} {_DIGITS.sub('#', f'{args[0]} {args[2]}')}"
+        else:
+            shape = _DIGITS.sub("#", msg % args if args else msg)
         now = self._clock()
         seen = self._seen.get(shape)
         if seen is None:
