@@ -646,12 +646,29 @@ class GroupConsumer:
         if orphaned:
             log.warning(
                 "%s: subscribed topic(s) %s exist but no other member of the group holds any "
-                "of their partitions, and this one reads none: subscribing again so that the "
-                "group assigns them",
+                "of their partitions, and this one reads none: rejoining the group "
+                "(unsubscribe, subscribe) so that it assigns them",
                 self.name,
                 orphaned,
             )
-            self._subscribe()
+            self._rejoin()
+
+    def _rejoin(self) -> None:
+        """Leave the group and join it again with the same subscription.
+
+        ``subscribe()`` with the topics already subscribed is not a rejoin: librdkafka
+        (cooperative protocol) rejoins only when its set of subscribed topics changes, and a
+        member stuck without a topic it already counts among them stayed stuck (seen under a
+        frozen broker: twelve such calls in six minutes, the retry topic never assigned).
+        That call can also abort the process, by librdkafka's source: made while the member
+        is (re)joining and a subscribed topic is missing from its metadata cache, it
+        refreshes the metadata and asserts that no join is under way (not seen here; a
+        candidate for a CI abort during a rolling restart).  ``unsubscribe()`` clears the
+        subscription (its partitions are revoked and committed as on any rebalance), so the
+        ``subscribe()`` after it is a fresh join, never that path, which librdkafka holds
+        back until a rebalance in progress has ended."""
+        self._consumer.unsubscribe()
+        self._subscribe()
 
     def _rediscover(self) -> None:
         try:

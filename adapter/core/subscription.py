@@ -16,7 +16,9 @@ The refresh is not always enough: under broker bounces a cooperative member was 
 know the topic and still leave it out of the group's assignment for minutes (every check's
 refresh found nothing new to compare).  So a topic found unheld at two checks in a row
 (:attr:`SubscriptionWatch.repeated`) is asked about at the group: when no member holds any
-partition of it, the member subscribes again, which makes the group rebalance with it.
+partition of it, the member leaves the group and joins it again (``unsubscribe`` then
+``subscribe``: a ``subscribe`` with the same topics is no rejoin in librdkafka), which makes
+the group rebalance with it.
 """
 
 from __future__ import annotations

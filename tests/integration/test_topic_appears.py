@@ -101,3 +101,53 @@ def test_the_drop_in_picks_up_a_topic_created_after_subscribe(
         admin.delete_topics([topic], operation_timeout=0)
     assert got == [b"first"], f"nothing consumed {took:.1f} s after the topic appeared"
     assert took < 35
+
+
+def test_only_unsubscribe_then_subscribe_makes_a_cooperative_member_rejoin(
+    kafka_bootstrap_servers: str, kafka_topic: str, kafka_group_id: str
+) -> None:
+    """What the member's repair (``GroupConsumer._rejoin``) relies on, on the real broker:
+    librdkafka treats ``subscribe()`` with the topics already subscribed as no change (no
+    rebalance, so a member stuck without one of them stays stuck), while ``unsubscribe()``
+    then ``subscribe()`` revokes the partitions and assigns them again."""
+    from confluent_kafka import Consumer
+
+    events: list[str] = []
+
+    def on_assign(_c: Any, parts: list[Any]) -> None:
+        events.append(f"assign {len(parts)}")
+        consumer.incremental_assign(parts)
+
+    def on_revoke(_c: Any, parts: list[Any]) -> None:
+        events.append(f"revoke {len(parts)}")
+        consumer.incremental_unassign(parts)
+
+    def subscribe() -> None:
+        consumer.subscribe([kafka_topic], on_assign=on_assign, on_revoke=on_revoke)
+
+    def poll_until(condition: Any, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition() and time.monotonic() < deadline:
+            consumer.poll(0.1)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "group.id": kafka_group_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    )
+    try:
+        subscribe()
+        poll_until(lambda: any(e.startswith("assign 1") for e in events), 30)
+        assert [e for e in events if e != "assign 0"] == ["assign 1"]
+        events.clear()
+        subscribe()  # the same topics: nothing happens
+        poll_until(lambda: False, 5)
+        assert [e for e in events if e != "assign 0"] == []
+        consumer.unsubscribe()
+        subscribe()
+        poll_until(lambda: "assign 1" in events, 30)
+        assert [e for e in events if e != "assign 0"] == ["revoke 1", "assign 1"]
+    finally:
+        consumer.close()

@@ -56,6 +56,8 @@ class FakeConsumer:
         self.config = config
         self.subscribed: list[str] = []
         self.subscribe_calls = 0
+        #: each subscribe() (its topics) and unsubscribe() (``[]``), in order
+        self.subscriptions: list[list[str]] = []
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.queue: list[Message] = []
         #: the group's committed offsets (what ``committed()`` answers)
@@ -87,7 +89,12 @@ class FakeConsumer:
     ) -> None:
         self.subscribed = list(topics)
         self.subscribe_calls += 1
+        self.subscriptions.append(sorted(topics))
         self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+
+    def unsubscribe(self) -> None:
+        self.subscribed = []
+        self.subscriptions.append([])
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
