@@ -71,6 +71,7 @@ from adapter.core.engine import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.message import FetchedRun, MessageExt, split_fetch
+from adapter.core.routing import RetryLater
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
@@ -172,6 +173,8 @@ class GroupConsumer:
         #: partitions whose running batches a revoke or shutdown is waiting for: runners
         #: start nothing new on them (replaced, never mutated: workers read it)
         self.draining: frozenset[TP] = frozenset()
+        #: builds the retry copies (the common send-back) in one call each
+        self._copier = hops.retry_copier(topics)
         self.results = SendBackResults(
             name=name,
             engine=engine,
@@ -399,10 +402,18 @@ class GroupConsumer:
         stamped with one clock reading for all of them)."""
         handlers = self._handlers
         now_ms: int | None = None
+        copy = self._copier.copy
+        send = self.publisher.send
         for action in actions:
             if type(action) is SendBack:
                 if now_ms is None:
                     now_ms = self.clock.now_ms()
+                dest = action.dest
+                if type(dest) is RetryLater:  # the common case: one call builds the copy
+                    record = copy(action.msg, dest.level, now_ms + dest.delay_ms, action.failure)
+                    if record is not None:
+                        send(record, action, action.alone)
+                        continue
                 self._send_back(action, now_ms)
             else:
                 handlers[type(action)](action)

@@ -319,6 +319,103 @@ def _hop_pairs(
     return out
 
 
+#: ``RECONSUME_TIME`` and ``RMQ_ORIGIN_PARTITION`` pairs: a few values, over and over
+_RECONSUME_PAIRS = _Encoded(PROPERTY_RECONSUME_TIME)
+_PARTITION_PAIRS = _Encoded(HEADER_ORIGIN_PARTITION)
+
+#: what :meth:`RetryCopier.copy` returns: topic, body, key, headers, partition (``None``)
+RetryRecord = tuple[str, bytes, bytes | None, list[tuple[str, bytes | None]], None]
+
+
+class RetryCopier:
+    """The retry copies of one group's failed messages, one call each: the failure path's
+    hottest call (every failed message, and with ``ack_index`` the rest of its batch,
+    becomes one), so it reads the message once (:meth:`MessageExt.hop_fields`), takes the
+    user headers from the message's raw header tuples as they were read (never decoded
+    and encoded again), and builds the header list in one go from pairs made once and
+    shared: the group's, a level's ``REAL_TOPIC``/``DELAY``, a count's, a partition's, and
+    the due time's (the copies of one ``apply`` share their clock reading).
+
+    What it builds is exactly :func:`retry_headers` (same pairs, same order), which stays
+    the general definition; a message with malformed headers is left to it (``None``), so
+    that the caller notices and logs them.  Pure; its one-entry cache of the last due time
+    is replaced whole, so concurrent callers never see half of it."""
+
+    __slots__ = ("_group_pair", "_last", "_levels")
+
+    def __init__(self, group: str, retry_topic: str, level_topics: Sequence[str]) -> None:
+        self._group_pair = _GROUP_PAIRS[group]
+        real_topic = _REAL_TOPIC_PAIRS[retry_topic]
+        #: level -> (its Kafka topic, its ``REAL_TOPIC`` and ``DELAY`` pairs)
+        self._levels = {
+            n: (topic, real_topic, _DELAY_PAIRS[n]) for n, topic in enumerate(level_topics, 1)
+        }
+        #: (level, due_ms, topic, tail): the last copy's destination and trailing pairs
+        self._last: tuple[int, int, str, tuple[tuple[str, bytes | None], ...]] = (0, -1, "", ())
+
+    def copy(
+        self, msg: MessageExt, level: int, due_ms: int, failure: Failure | None
+    ) -> RetryRecord | None:
+        """The copy of ``msg`` parked on delay ``level`` until ``due_ms``: what
+        :func:`adapter.core.hops.send_back` makes of it for a
+        :class:`~adapter.core.routing.RetryLater`; ``None`` for a message with malformed
+        headers or an unknown level (the caller takes the general path, which says why)."""
+        hdr, topic, partition, offset, born, key, body = msg.hop_fields()
+        if hdr.errors:
+            return None
+        last = self._last
+        if last[0] != level or last[1] != due_ms:
+            where = self._levels.get(level)
+            if where is None:
+                return None
+            last = self._last = (
+                level,
+                due_ms,
+                where[0],
+                (where[1], where[2], (HEADER_DUE_MS, b"%d" % due_ms)),
+            )
+        msg_id = hdr.msg_id.encode()
+        origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
+        raw = hdr.raw
+        if raw:  # the user headers first, in their order (the last of a repeated one wins)
+            system = SYSTEM_HEADERS
+            user: dict[str, bytes | None] = {}
+            for name, value in raw:
+                if name in system:
+                    continue
+                user.pop(name, None)
+                user[name] = value
+            out = list(user.items())
+            out += (
+                (PROPERTY_UNIQ_KEY, msg_id),
+                (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
+                _RETRY_TOPIC_PAIRS[topic],
+                _RECONSUME_PAIRS[hdr.reconsume_times + 1],
+                self._group_pair,
+                _PARTITION_PAIRS[partition],
+                (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+            )
+            if born is not None and HEADER_ORIGIN_BORN_MS not in user:
+                out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
+        else:  # a plain record's first failure: no user headers
+            out = [
+                (PROPERTY_UNIQ_KEY, msg_id),
+                (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
+                _RETRY_TOPIC_PAIRS[topic],
+                _RECONSUME_PAIRS[hdr.reconsume_times + 1],
+                self._group_pair,
+                _PARTITION_PAIRS[partition],
+                (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+            ]
+            if born is not None:
+                out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
+        if failure is not None:
+            failed = _last_failure
+            out += failed[1] if failed[0] is failure else _failure_pairs(failure)
+        out += last[3]
+        return last[2], body, key, out, None
+
+
 def retry_headers(
     msg: MessageExt,
     *,

@@ -401,6 +401,16 @@ class MessageExt:
         raw = (self._hdr or self._decoded()).properties.get(PROPERTY_MAX_RECONSUME_TIMES)
         return None if raw is None else _max_reconsume(raw)
 
+    def retry_fields(self) -> tuple[int, int | None, int, int]:
+        """What the concurrent engine reads of a failed message, in one call: its
+        ``reconsume_times``, ``max_reconsume_times``, offset and body size (read one by
+        one they are four calls or more, for every failed message)."""
+        hdr = self._hdr or self._decoded()
+        rec = self._rec
+        raw = hdr.properties.get(PROPERTY_MAX_RECONSUME_TIMES)
+        limit = None if raw is None else _max_reconsume(raw)
+        return hdr.reconsume_times, limit, rec.offset(), len(rec.value() or b"")
+
     def hop_fields(self) -> tuple[_Decoded, str, int, int, int | None, bytes | None, bytes]:
         """What a copy of this message (a send-back, a dead letter) is made of, read in one
         call: the decoded headers, the logical topic, the partition, the offset, the born

@@ -34,6 +34,10 @@ from adapter.io.protocols import ProducerFactory
 
 log = logging.getLogger("adapter.publisher")
 
+#: What :meth:`Publisher.send` produces: an :class:`~adapter.core.hops.OutRecord`, or the
+#: plain tuple of the same fields that the retry copies' fast builder makes
+#: (:class:`~adapter.core.codec.RetryCopier`).
+Record = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]
 #: ``on_result(token, error, local)``: see the module docstring.
 ResultCallback = Callable[[Any, Any, bool], None]
 #: ``on_delivered(token, error, message)``: librdkafka's delivery report, ``token`` first.
@@ -110,7 +114,7 @@ class Publisher:
         return self._alone
 
     # -- producing -------------------------------------------------------------------------
-    def send(self, record: OutRecord, token: Any, alone: bool = False) -> None:
+    def send(self, record: OutRecord | Record, token: Any, alone: bool = False) -> None:
         """Produce ``record``; its verdict reaches ``on_result(token, ...)`` later (or now,
         when the client refuses it before sending)."""
         producer = self._producer

@@ -48,6 +48,9 @@ class Msg:
     def redelivered(self) -> Msg:
         return replace(self, reconsume_times=self.reconsume_times + 1)
 
+    def retry_fields(self) -> tuple[int, int | None, int, int]:
+        return self.reconsume_times, self.max_reconsume_times, self.queue_offset, len(self.body)
+
 
 def msgs(first: int, n: int, **kw: Any) -> list[Msg]:
     return [Msg(o, **kw) for o in range(first, first + n)]

@@ -957,3 +957,94 @@ def test_retry_headers_are_their_plain_definition(
     got = retry(msg, failure=failure, level=4, due_ms=1_234)
     spec = record(headers, kafka_topic=kafka_topic)
     assert got == _spec_retry_headers(spec, group=GROUP, level=4, due_ms=1_234, failure=failure)
+
+
+# --- the fused retry copy (the consumer's common send-back) ----------------------------------
+
+
+def _copier() -> Any:
+    return hops.retry_copier(hops.GroupTopics(GROUP, LEVELS))
+
+
+@given(
+    headers=st.lists(st.tuples(_header_names, _header_values), max_size=8),
+    failure=st.none() | st.builds(Failure, st.sampled_from(["E", ""]), st.text(max_size=3)),
+    retry_record=st.booleans(),
+    level=st.integers(1, 4),
+    key=st.none() | st.just(b"k"),
+)
+def test_the_fused_retry_copy_is_the_general_one(
+    headers: list[tuple[str, bytes | None]],
+    failure: Failure | None,
+    retry_record: bool,
+    level: int,
+    key: bytes | None,
+) -> None:
+    """What a consumer of the delay and retry topics sees does not depend on which path
+    built the copy: topic, body, key, headers (values and order) and partition are those of
+    :func:`hops.send_back`; a message with malformed headers is left to the general path."""
+    kafka_topic = RETRY_KAFKA_TOPIC if retry_record else "orders"
+    if retry_record:
+        headers = [(PROPERTY_RETRY_TOPIC, b"orders"), *headers]
+    topics = hops.GroupTopics(GROUP, LEVELS)
+    dest = RetryLater(level, LEVELS.delay_ms(level), 0)
+    copier = hops.retry_copier(topics)
+    for due in (1_000, 1_000, 2_000):  # a due time again, then another one
+        got = copier.copy(record(headers, kafka_topic=kafka_topic, key=key), level, due, failure)
+        msg = record(headers, kafka_topic=kafka_topic, key=key)
+        general = hops.send_back(msg, dest, topics, now_ms=due - dest.delay_ms, failure=failure)
+        if msg.header_errors:
+            assert got is None
+        else:
+            assert got == tuple(general)
+
+
+@pytest.mark.parametrize("headers", [None, [("u", b"1"), (PROPERTY_UNIQ_KEY, b"id-9")]])
+def test_the_fused_retry_copy_of_a_confluent_kafka_record(headers: Headers | None) -> None:
+    """Records as the consumer reads them (confluent-kafka's, viewed lazily), with and
+    without headers, and read as they come: the copy is the general one."""
+    from confluent_kafka import Message as KafkaMessage
+
+    from adapter.io.records import TopicNames
+
+    def view() -> MessageExt:
+        kmsg = KafkaMessage(
+            topic="orders",
+            partition=1,
+            offset=5,
+            value=b"v",
+            key=None,
+            headers=list(headers) if headers else None,
+            timestamp=(1, 1_700_000_000_123),
+        )
+        return TopicNames(GROUP).view(kmsg)
+
+    topics = hops.GroupTopics(GROUP, LEVELS)
+    dest = RetryLater(3, LEVELS.delay_ms(3), 0)
+    failure = Failure("NotAcknowledged", "x")
+    got = hops.retry_copier(topics).copy(view(), 3, 10_000 + dest.delay_ms, failure)
+    assert got == tuple(hops.send_back(view(), dest, topics, now_ms=10_000, failure=failure))
+
+
+def test_the_fused_retry_copy_keeps_a_keyword_messages_origin() -> None:
+    """A message built by hand (no raw headers) whose properties name its origin."""
+    msg = MessageExt(
+        topic="orders",
+        body=b"b",
+        msg_id="id-2",
+        queue_id=0,
+        queue_offset=3,
+        kafka_topic="orders",
+        properties={PROPERTY_ORIGIN_MESSAGE_ID: "id-1"},
+    )
+    got = _copier().copy(msg, 2, 5, None)
+    assert got is not None
+    assert as_dict(got[3])[PROPERTY_ORIGIN_MESSAGE_ID] == b"id-1"
+    topics = hops.GroupTopics(GROUP, LEVELS)
+    dest = RetryLater(2, LEVELS.delay_ms(2), 0)
+    assert got == tuple(hops.send_back(msg, dest, topics, now_ms=5 - dest.delay_ms, failure=None))
+
+
+def test_an_unknown_level_is_left_to_the_general_path() -> None:
+    assert _copier().copy(record(), LEVELS.max_level + 1, 5, None) is None
+    assert _copier().copy(record(), 0, 5, None) is None

@@ -58,6 +58,9 @@ class Msg:
     def redelivered(self) -> Msg:
         return replace(self, reconsume_times=self.reconsume_times + 1)
 
+    def retry_fields(self) -> tuple[int, int | None, int, int]:
+        return self.reconsume_times, self.max_reconsume_times, self.queue_offset, len(self.body)
+
 
 def engine(**kw: Any) -> ConcurrentEngine:
     opts: dict[str, Any] = {

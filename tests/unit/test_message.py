@@ -252,3 +252,34 @@ class TestSplitFetch:
         start_consuming(again, 1300, shared=False, listed=False)
         assert [m.consume_start_time for m in again] == [1300, 1300]
         assert "CONSUME_START_TIME" not in again[0].properties
+
+
+@pytest.mark.parametrize(
+    ("max_raw", "expected_max"), [(None, None), ("3", 3), ("-1", -1), ("x", None), ("-2", None)]
+)
+def test_retry_fields_read_what_the_attributes_say(
+    max_raw: str | None, expected_max: int | None
+) -> None:
+    """The engine's one-call read of a failed message agrees with the attributes."""
+    props = {} if max_raw is None else {PROPERTY_MAX_RECONSUME_TIMES: max_raw}
+    for msg in (
+        ext(properties=props, reconsume_times=2, body=b"abcd", queue_offset=9),
+        ext(properties=props).redelivered(),
+        ext(properties=props, body=b""),
+    ):
+        assert msg.retry_fields() == (
+            msg.reconsume_times,
+            msg.max_reconsume_times,
+            msg.queue_offset,
+            len(msg.body),
+        )
+        assert msg.retry_fields()[1] == expected_max
+
+
+def test_retry_fields_of_a_confluent_kafka_record_without_a_value() -> None:
+    from confluent_kafka import Message as KafkaMessage
+
+    from adapter.io.records import TopicNames
+
+    view = TopicNames("cg").view(KafkaMessage(topic="orders", partition=0, offset=4, value=None))
+    assert view.retry_fields() == (0, None, 4, 0)

@@ -236,25 +236,29 @@ class ConcurrentEngine:
         if pending is None:
             pending = home.pending = {}
         added = 0  # bytes of messages held from now on (a run's own bytes are let go)
+        # the failed messages of a batch mostly share their counts: the last destination
+        # is taken again without a look-up
+        last_times, last_limit, dest = -1, None, None
         for i in outcome.failed:
             msg = batch[i]
-            times, limit = msg.reconsume_times, msg.max_reconsume_times
-            dest = routes.get((times, limit, delay_level))
-            if dest is None:
-                if len(routes) >= _ROUTES_MAX:
-                    routes.clear()
-                dest = routes[times, limit, delay_level] = route_failed(
-                    reconsume_times=times,
-                    max_reconsume_times=opts.max_reconsume_times,
-                    delay_level_when_next_consume=delay_level,
-                    levels=opts.levels,
-                    message_max_reconsume_times=limit,
-                )
+            times, limit, offset, nbytes = msg.retry_fields()  # one call, not four
+            if times != last_times or limit != last_limit or dest is None:
+                last_times, last_limit = times, limit
+                dest = routes.get((times, limit, delay_level))
+                if dest is None:
+                    if len(routes) >= _ROUTES_MAX:
+                        routes.clear()
+                    dest = routes[times, limit, delay_level] = route_failed(
+                        reconsume_times=times,
+                        max_reconsume_times=opts.max_reconsume_times,
+                        delay_level_when_next_consume=delay_level,
+                        levels=opts.levels,
+                        message_max_reconsume_times=limit,
+                    )
             info = new_tuple(TraceInfo, (size, i, ack_index, rt_ms))  # TraceInfo(...)
             action = SendBack(tp, generation, home, msg, dest, failure, info)
-            offset = msg.queue_offset
             if offset not in pending:
-                added += len(msg.body)
+                added += nbytes
             pending[offset] = action  # Work.hold, inline: one per failed message
             append(action)
         part.nbytes += added
