@@ -377,6 +377,17 @@ class GroupConsumer:
         for kmsg in errors:
             self._consume_error(kmsg)
 
+    def fetch_now(self, size: int) -> None:
+        """Hand the engine up to ``size`` records librdkafka holds now, without waiting: a
+        pull consumer's receiving thread reads this way instead of waiting for the loop to
+        hand records over.  The caller makes sure the loop is not mid-step meanwhile (a
+        rebalance callback this consume serves runs on the caller's thread)."""
+        consumer = self._consumer
+        if consumer is not None:
+            kmsgs = consumer.consume(size, 0)
+            if kmsgs:
+                self._dispatch(kmsgs)
+
     def _fetched(self, run: FetchedRun) -> None:
         runner = self.runner
         assert runner is not None

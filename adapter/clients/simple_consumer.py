@@ -10,8 +10,12 @@ Python client (``rocketmq.SimpleConsumer``).
 The rules live in the pure engine (:mod:`adapter.core.engine.pull`); the Kafka side is the
 shared group member (:mod:`adapter.clients.consuming`) on the shared loop
 (:mod:`adapter.io.loop`).  The application's threads call the engine under a lock that is
-held only for the engine call; a ``receive`` that finds nothing waits (up to
-``await_duration``) until the loop has fetched something and hands it over.
+held only for the engine call.  A ``receive`` that finds fewer messages buffered than it
+asks for reads librdkafka itself, on its own thread, when the loop is not mid-step
+(:class:`MemberTurns`): handing records over from the loop thread cost more than reading them,
+the two threads being serialised by the GIL.  While receives read this way the loop only
+keeps time (expiries, offsets, copies' reports); a ``receive`` that still finds nothing
+waits (up to ``await_duration``) until the loop has fetched something and hands it over.
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ _FETCH_SIZE = 128
 #: (a larger buffer cycled pause/resume many times per 100 000 messages, at a fraction of
 #: this one's throughput).
 _SOFT_BACKLOG = 256
+#: After a receive read librdkafka itself, the loop leaves the reading to the receiving
+#: threads this long (it only keeps time); then it fetches ahead again.
+_DIRECT_S = 0.1
 
 
 @dataclass(slots=True, eq=False)
@@ -180,12 +187,101 @@ class _LockedEngine:
             return self.engine.next_due()
 
 
+class MemberTurns:
+    """The group member, taken in turns by the loop thread (a whole ``step``) and by a
+    receiving thread that reads librdkafka itself (:meth:`fetch`).
+
+    One at a time: the member's state, and the rebalance callbacks a ``consume`` serves on
+    whichever thread calls it, never run on two threads at once, so a callback served on a
+    receiving thread finds the member as the loop would.  The loop hands its turn over
+    only while it sleeps at the top of a step (:meth:`wait`), never inside a callback,
+    while it drains partitions or while closing.  Lock order: this lock, then the
+    consumer's.
+    """
+
+    def __init__(self, member: GroupConsumer) -> None:
+        self.member = member
+        self.lock = threading.Lock()
+        #: the holder is the loop thread at the top of a step: a wait may hand the turn over
+        self.yielding = False
+        #: what a receiving thread's read raised: the loop raises it (and stops) as if it
+        #: had met it itself
+        self.error: BaseException | None = None
+
+    def open(self) -> None:
+        with self.lock:
+            self.member.open()
+
+    def step(self) -> None:
+        with self.lock:
+            error, self.error = self.error, None
+            if error is not None:
+                raise error
+            self.yielding = True
+            try:
+                self.member.step()
+            finally:
+                self.yielding = False
+
+    def close(self) -> None:
+        with self.lock:
+            self.member.close()
+
+    def guard(
+        self, loop_guard: Callable[[Callable[..., None]], Callable[..., None]]
+    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+        """The loop's callback guard, and no hand-over while a rebalance callback runs."""
+
+        def wrap(callback: Callable[..., None]) -> Callable[..., None]:
+            guarded = loop_guard(callback)
+
+            def in_callback(*args: Any) -> None:
+                saved, self.yielding = self.yielding, False
+                try:
+                    guarded(*args)
+                finally:
+                    self.yielding = saved
+
+            in_callback.__name__ = guarded.__name__
+            return in_callback
+
+        return wrap
+
+    def fetch(self, size: int) -> bool:
+        """On a receiving thread: hand the engine what librdkafka holds now, unless the
+        loop is mid-step (``False``: nothing was read)."""
+        lock = self.lock
+        if not lock.acquire(False):
+            return False
+        try:
+            self.member.fetch_now(size)
+        except Exception as exc:
+            self.error = self.error or exc
+        finally:
+            lock.release()
+        return True
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """The loop sleeps on ``event``; at the top of a step it hands its turn over
+        meanwhile (not while it drains partitions it is about to reset)."""
+        if not self.yielding or self.member.draining:
+            return event.wait(timeout)
+        self.yielding = False
+        self.lock.release()
+        try:
+            return event.wait(timeout)
+        finally:
+            self.lock.acquire()
+            self.yielding = True
+
+
 class _PullRunner:
     """Hands fetched work to ``receive``: wakes waiting receives, serves their deadlines."""
 
     def __init__(self, consumer: SimpleConsumer) -> None:
         self._consumer = consumer
         self._taken = threading.Event()
+        self.turns: MemberTurns | None = None
 
     @property
     def inline(self) -> bool:
@@ -199,10 +295,15 @@ class _PullRunner:
         self._consumer._loop_upkeep()
 
     def backlog(self) -> int:
-        return self._consumer._engine.available
+        consumer = self._consumer
+        if not consumer._waiting and consumer._clock.monotonic() < consumer._direct_until:
+            return _SOFT_BACKLOG  # receives read librdkafka themselves: the loop keeps time
+        return consumer._engine.available
 
     def wait(self, timeout: float) -> None:
-        if self._taken.wait(timeout):
+        turns = self.turns
+        woken = self._taken.wait(timeout) if turns is None else turns.wait(self._taken, timeout)
+        if woken:
             self._taken.clear()
 
     def taken(self) -> None:
@@ -278,6 +379,9 @@ class SimpleConsumer:
         self._errors = FatalErrorWatch(conf.get("error_cb"))
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
+        self._turns: MemberTurns | None = None
+        #: until when receives read librdkafka themselves (see :class:`MemberTurns`)
+        self._direct_until = 0.0
         self._resubscribe = False
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
@@ -341,15 +445,17 @@ class SimpleConsumer:
             errors=self._errors,
             clock=self._clock,
         )
+        turns = MemberTurns(member)
         loop = ClientLoop(
             f"rmq-simple-{self.consumer_group}",
-            member,
+            turns,
             shutdown_timeout=opts.shutdown_await,
             errors=self._errors,
             on_error=opts.on_error,
         )
-        member.bind(self._runner, guard=loop.guard, running=lambda: loop.running)
-        self._member, self._loop = member, loop
+        member.bind(self._runner, guard=turns.guard(loop.guard), running=lambda: loop.running)
+        self._runner.turns = turns
+        self._member, self._loop, self._turns = member, loop, turns
         loop.start()
         return self
 
@@ -411,7 +517,7 @@ class SimpleConsumer:
         receiver for ``invisible_duration`` (seconds or a ``timedelta``, 1 s to 12 h) and
         to be acknowledged within it.  Waits up to ``await_duration`` for the first
         message; an empty list when none came."""
-        got = self._receive(max_message_num, invisible_duration)
+        got = self._receive(max_message_num, invisible_duration, read=True)
         if type(got) is list:
             return got
         assert isinstance(got, PullFuture)
@@ -422,15 +528,18 @@ class SimpleConsumer:
     ) -> PullFuture[list[MessageView]]:
         """:meth:`receive` without blocking: a future of the messages (awaitable)."""
         try:
-            got = self._receive(max_message_num, invisible_duration)
+            got = self._receive(max_message_num, invisible_duration, read=False)
         except Exception as exc:
             return settled(error=exc)
         return got if isinstance(got, PullFuture) else settled(got)
 
     def _receive(
-        self, max_message_num: int, invisible_duration: float | timedelta
+        self, max_message_num: int, invisible_duration: float | timedelta, *, read: bool
     ) -> list[MessageView] | PullFuture[list[MessageView]]:
-        """The messages available now, or a future of those a waiting receive gets."""
+        """The messages available now, or a future of those a waiting receive gets.
+        ``read``: with fewer buffered than asked for, read librdkafka on this thread when
+        the loop lets it (not for ``receive_async``: a rebalance callback that read serves
+        may block, and an event loop must not)."""
         n = receive_count(max_message_num)
         invisible_s = seconds_of(
             "invisible_duration",
@@ -444,7 +553,19 @@ class SimpleConsumer:
         engine = self._engine
         limit = self.options.max_unacked_messages
         now = self._monotonic()
-        with self._lock:
+        lock = self._lock
+        with lock:
+            room = limit - engine.unacked
+            if room <= 0:
+                raise UnackedLimitError(limit, engine.unacked)
+            short = engine.available < min(n, room)
+        direct = now < self._direct_until
+        if short and read and not self._waiting:
+            turns = self._turns
+            if turns is not None and turns.fetch(_FETCH_SIZE):
+                direct = True
+                self._direct_until = now + _DIRECT_S
+        with lock:
             room = limit - engine.unacked
             if room <= 0:
                 raise UnackedLimitError(limit, engine.unacked)
@@ -452,9 +573,10 @@ class SimpleConsumer:
             if not handles and self._await_s > 0:
                 fut: PullFuture[list[MessageView]] = PullFuture()
                 self._waiting.append(_Waiting(n, invisible_s, now + self._await_s, fut))
+                self._runner.taken()  # the loop fetches (and waits) for this receive
                 return fut
-        if handles:
-            self._runner.taken()
+        if handles and not direct:
+            self._runner.taken()  # room in the buffer: the loop fetches ahead
         return views_of(handles)
 
     def _serve_waiting(self) -> None:
@@ -512,8 +634,11 @@ class SimpleConsumer:
         Acknowledging it again is harmless; an expired, superseded or revoked handle, or
         one of another consumer, raises
         :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
-        handle = handle_of(message)
-        self._require_running()
+        # the checks of handle_of and _require_running, inlined for the common case
+        handle = message._handle if type(message) is MessageView else handle_of(message)
+        loop = self._loop
+        if loop is None or not loop.running:
+            self._require_running()
         # acquire/release rather than ``with``: the statement's lookups cost more than the
         # lock itself, once per message
         lock = self._lock

@@ -274,6 +274,26 @@ class TestExpiry:
                     eng.ack(h, now=0.0)
         assert eng.deadline_entries < 5000  # compacted (20 000 handles were pushed)
 
+    def test_acknowledged_handles_leave_the_deadline_heap_while_young(self) -> None:
+        # a receive/ack loop keeps only a few batches of settled handles (and through them
+        # their messages) alive, whatever the invisible duration: kept by the thousand,
+        # they outlive the garbage collector's young generations and set off full
+        # collections
+        eng = engine()
+        kept = []
+        for i in range(50):
+            fetch(eng, TP, i * 200, 200)
+            while eng.available:
+                handles = eng.receive(32, MAX_INVISIBLE_S, now=0.0)
+                kept.append(handles.pop())  # one of each batch stays invisible
+                for h in handles:
+                    eng.ack(h, now=0.0)
+                assert eng.deadline_entries <= 2 * eng.unacked + 200
+        assert eng.unacked == len(kept)
+        for h in kept:
+            eng.ack(h, now=0.0)  # the live ones were kept through every compaction
+        assert eng.unacked == 0
+
 
 class TestFlowAndOffsets:
     def test_pause_while_too_much_is_in_flight_and_resume_below_half(self) -> None:

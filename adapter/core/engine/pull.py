@@ -74,6 +74,13 @@ DEFAULT_MAX_UNACKED = 10_000
 #: Failure type written on the copy of a message whose invisible duration ran out.
 EXPIRED_FAILURE_TYPE = "InvisibleDurationExpired"
 
+#: Settled handles the deadline heap may keep (beyond twice the live ones) before it is
+#: compacted.  Small, so that acknowledged messages (handle, message, record) are freed
+#: while still young: kept longer, they are promoted to the garbage collector's oldest
+#: generation and set off its full collections, the costliest part of a receive/ack
+#: loop; compacting stays amortised (at most two state checks per pushed handle).
+_COMPACT_SLACK = 64
+
 _NO_ACTIONS: list[Action] = []
 _new = object.__new__
 
@@ -355,8 +362,9 @@ class PullEngine:
                 held[handle.offset] = handle  # already in ``order``
                 append(handle)
             if buf and len(out) < n:
-                order = part.order
-                for msg in [buf.popleft() for _ in range(min(n - len(out), len(buf)))]:
+                popleft, order_append = buf.popleft, part.order.append
+                for _ in range(min(n - len(out), len(buf))):
+                    msg = popleft()
                     # ReceiptHandle.__init__, inlined: one object per message received
                     handle = _new(ReceiptHandle)
                     handle.consumer = consumer
@@ -369,7 +377,7 @@ class PullEngine:
                     handle.duration = invisible_s
                     handle.state = _INVISIBLE
                     held[offset] = handle
-                    order.append(offset)
+                    order_append(offset)
                     append(handle)
             del ready[tp]
             if buf or again:
@@ -461,15 +469,16 @@ class PullEngine:
             return
         heapq.heappush(self._deadlines, (deadline, next(self._seq), handles))
         self._in_heap += len(handles)
-        if self._in_heap > 2 * self._invisible + 4096:
+        if self._in_heap > 2 * self._invisible + _COMPACT_SLACK:
             self._compact()
 
     def _compact(self) -> None:
         """Drop settled handles from the deadline heap (long durations keep them there)."""
         items: list[tuple[float, int, list[ReceiptHandle]]] = []
         count = 0
+        invisible = _INVISIBLE
         for deadline, seq, handles in self._deadlines:
-            live = [h for h in handles if h.state is HandleState.INVISIBLE]
+            live = [h for h in handles if h.state is invisible]
             if live:
                 items.append((deadline, seq, live))
                 count += len(live)
@@ -549,7 +558,7 @@ class PullEngine:
             _, _, handles = heapq.heappop(heap)
             self._in_heap -= len(handles)
             for handle in handles:
-                if handle.state is not HandleState.INVISIBLE:
+                if handle.state is not _INVISIBLE:
                     continue
                 part = self._parts.get(handle.tp)
                 if part is None or part.generation != handle.generation:
