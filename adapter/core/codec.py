@@ -377,6 +377,15 @@ class RetryCopier:
         msg_id = hdr.msg_id.encode()
         origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
         raw = hdr.raw
+        hop = (
+            (PROPERTY_UNIQ_KEY, msg_id),
+            (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
+            _RETRY_TOPIC_PAIRS[topic],
+            _RECONSUME_PAIRS[hdr.reconsume_times + 1],
+            self._group_pair,
+            _PARTITION_PAIRS[partition],
+            (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+        )
         if raw:  # the user headers first, in their order (the last of a repeated one wins)
             system = SYSTEM_HEADERS
             user: dict[str, bytes | None] = {}
@@ -386,27 +395,11 @@ class RetryCopier:
                 user.pop(name, None)
                 user[name] = value
             out = list(user.items())
-            out += (
-                (PROPERTY_UNIQ_KEY, msg_id),
-                (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
-                _RETRY_TOPIC_PAIRS[topic],
-                _RECONSUME_PAIRS[hdr.reconsume_times + 1],
-                self._group_pair,
-                _PARTITION_PAIRS[partition],
-                (HEADER_ORIGIN_OFFSET, b"%d" % offset),
-            )
+            out += hop
             if born is not None and HEADER_ORIGIN_BORN_MS not in user:
                 out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
         else:  # a plain record's first failure: no user headers
-            out = [
-                (PROPERTY_UNIQ_KEY, msg_id),
-                (PROPERTY_ORIGIN_MESSAGE_ID, origin.encode() if origin else msg_id),
-                _RETRY_TOPIC_PAIRS[topic],
-                _RECONSUME_PAIRS[hdr.reconsume_times + 1],
-                self._group_pair,
-                _PARTITION_PAIRS[partition],
-                (HEADER_ORIGIN_OFFSET, b"%d" % offset),
-            ]
+            out = list(hop)
             if born is not None:
                 out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
         if failure is not None:
