@@ -56,6 +56,7 @@ from adapter.constants import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
+from adapter.core.trace import SEPARATOR
 from adapter.errors import ConfigError
 from adapter.io.avro import (
     TRACE,
@@ -225,14 +226,22 @@ def _run_events(runs: Column) -> Column:
             F.when(F.length(r["timestamps"]) == 0, F.array().cast("array<bigint>"))
             .otherwise(_int64s(r["timestamps"]))
             .alias("t"),
+            # the text columns (null: no record had that header; a run written with the
+            # previous schema version reads them as null)
+            F.split(r["msg_ids"], SEPARATOR).alias("m"),
+            F.split(r["tags"], SEPARATOR).alias("g"),
+            F.split(r["keys"], SEPARATOR).alias("k"),
         ),
     )
 
     def event(p: Column, i: Column) -> Column:
         r = p["r"]
         offset = F.element_at(p["o"], i + 1)
-        msg_id = F.concat_ws(
-            ":", r["kafka_topic"], r["partition"].cast("string"), offset.cast("string")
+        msg_id = F.coalesce(
+            F.nullif(F.try_element_at(p["m"], i + 1), F.lit("")),
+            F.concat_ws(
+                ":", r["kafka_topic"], r["partition"].cast("string"), offset.cast("string")
+            ),
         )
         stamp = F.try_element_at(p["t"], i + 1)
         born = F.when(r["timestamp_type"] == 1, stamp).cast("long")
@@ -248,8 +257,8 @@ def _run_events(runs: Column) -> Column:
             msg_id.alias("origin_msg_id"),
             r["status"].alias("status"),
             F.lit(0).alias("reconsume_times"),
-            null_str.alias("tags"),
-            null_str.alias("keys"),
+            F.try_element_at(p["g"], i + 1).alias("tags"),
+            F.try_element_at(p["k"], i + 1).alias("keys"),
             r["batch_size"].alias("batch_size"),
             F.coalesce(F.try_element_at(p["b"], i + 1).cast("int"), i % r["batch_size"]).alias(
                 "batch_index"

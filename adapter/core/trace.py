@@ -14,11 +14,13 @@ What here keeps tracing off the consumer's hot path:
   headers, which an untraced consumer never decodes -- are derived later, on the sink's
   own thread;
 * :class:`RunBuilder` / :func:`expand_run`: the successes of consecutive listener batches
-  of one partition whose records carry no headers are written as one *run* (a
-  ``ConsumeTraceRun`` of ``consume_trace_batch.avsc``): what the batches share once, what
-  differs per event (offset, batch index, Kafka timestamp) as columns built with C-level
-  operations on whole batches (text, packed int64s), so no Python code runs per event;
-  readers expand a run back into the events it stands for.  :data:`PendingBatches` hands
+  of one partition whose records carry no headers, or only headers a run holds as text
+  columns (``UNIQ_KEY``, ``TAGS``, ``KEYS``: what our producer writes), are written as one
+  *run* (a ``ConsumeTraceRun`` of ``consume_trace_batch.avsc``): what the batches share
+  once, what differs per event (offset, batch index, Kafka timestamp, message id, tags,
+  keys) as columns built with C-level operations on whole batches (text, packed int64s),
+  so no Python code runs per event; readers expand a run back into the events it stands
+  for.  :data:`PendingBatches` hands
   a fetched run's whole batches over at once;
 * :func:`plan_packs`: where a run of encoded events is cut into packed records (at most
   ``max_events`` events or ``max_bytes`` bytes each, whichever comes first).
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from adapter.constants import PROPERTY_ORIGIN_MESSAGE_ID
 from adapter.core.routing import DeadLetter, RetryLater
-from adapter.errors import ConfigError
+from adapter.errors import ConfigError, InvalidInputError
 
 if TYPE_CHECKING:
     from adapter.core.codec import Failure
@@ -242,7 +244,18 @@ RUN_FIELDS = (
     "consume_timestamp_ms",
     "timestamp_type",
     "timestamps",
+    "msg_ids",
+    "tags",
+    "keys",
 )
+
+#: Between the values of a run's text columns (``msg_ids``, ``tags``, ``keys``): U+001E,
+#: the ASCII record separator (a run is not made of records whose values contain it).
+SEPARATOR = "\x1e"
+
+#: The run key's last element when a run's records carry none of the headers a run can
+#: hold as columns (which of ``msg_ids``, ``tags``, ``keys`` it has).
+NO_TEXT: tuple[bool, bool, bool] = (False, False, False)
 
 
 class RunBuilder:
@@ -257,7 +270,9 @@ class RunBuilder:
     ints until the run closes, then each is one ``join`` (C code, no Python frame per
     event)."""
 
-    __slots__ = ("_count", "_first", "_full", "_indices", "_key", "_max", "_offsets", "_ts")
+    __slots__ = (
+        "_count", "_first", "_full", "_indices", "_key", "_max", "_offsets", "_text", "_ts"
+    )  # fmt: skip
 
     def __init__(self, max_events: int) -> None:
         if max_events < 1:
@@ -270,6 +285,8 @@ class RunBuilder:
         self._offsets: Sequence[int] | None = None
         self._indices: Sequence[int] | None = None
         self._ts = array("q")
+        #: the text columns' parts (one list per column, one part per batch), or ``None``
+        self._text: tuple[list[str], ...] | None = None
 
     def add(  # noqa: PLR0917 - one call per listener batch, positional is cheapest
         self,
@@ -279,13 +296,18 @@ class RunBuilder:
         offsets: Sequence[int] | None,
         indices: Sequence[int] | None,
         timestamps: Sequence[int],
+        text: tuple[str | None, str | None, str | None] | None = None,
     ) -> tuple[Any, ...] | None:
         """One batch's successes: ``key`` = ``(group, event_time_ms, topic, kafka_topic,
         partition, batch_size, ack_index, consume_rt_ms, consume_timestamp_ms,
-        timestamp_type)``; ``offsets`` ``None`` when they are ``first_offset ..
+        timestamp_type, has_text)``; ``offsets`` ``None`` when they are ``first_offset ..
         first_offset + count - 1``, ``indices`` ``None`` when every message of the batch
         succeeded (in order), ``timestamps`` the records' Kafka timestamps (ignored for
-        timestamp type 0).  Returns the run this batch closed, if any."""
+        timestamp type 0); ``text`` the batch's ``msg_ids``, ``tags`` and ``keys`` columns
+        (each its values joined with :data:`SEPARATOR`, ``None`` when the records lack that
+        header), ``None`` for records without any (``has_text``, the key's last element,
+        says which are set: :data:`NO_TEXT` for none).  Returns the run this batch closed,
+        if any."""
         full = offsets is None and indices is None
         if (
             full
@@ -296,6 +318,11 @@ class RunBuilder:
         ):
             self._count += count
             self._ts.extend(timestamps)
+            parts = self._text
+            if parts is not None and text is not None:
+                for part, value in zip(parts, text, strict=True):
+                    if value is not None:
+                        part.append(value)
             return None
         closed = self.close()
         self._key = key
@@ -305,6 +332,7 @@ class RunBuilder:
         self._offsets = offsets
         self._indices = indices
         self._ts = array("q", timestamps)
+        self._text = None if text is None else tuple([] if v is None else [v] for v in text)
         return closed
 
     @property
@@ -319,13 +347,19 @@ class RunBuilder:
         if key is None:
             return None
         self._key = None
-        group, now_ms, topic, kafka_topic, partition, size, ack, rt_ms, started, ts_type = key
-        offsets, indices = self._offsets, self._indices
+        group, now_ms, topic, kafka_topic, partition, size, ack, rt_ms, started, ts_type, has = key
+        offsets, indices, text = self._offsets, self._indices, self._text
+        if text is None:
+            msg_ids = tags = keys = None
+        else:
+            msg_ids, tags, keys = (
+                SEPARATOR.join(part) if on else None for part, on in zip(text, has, strict=True)
+            )
         return (
             now_ms, "consumer", group, topic, kafka_topic, partition, TraceStatus.SUCCESS.value,
             self._count, self._first, "" if offsets is None else ",".join(map(str, offsets)),
             size, "" if indices is None else ",".join(map(str, indices)), ack, rt_ms, started,
-            ts_type, _int64s(self._ts) if ts_type != TS_NONE else b"",
+            ts_type, _int64s(self._ts) if ts_type != TS_NONE else b"", msg_ids, tags, keys,
         )  # fmt: skip
 
 
@@ -349,10 +383,22 @@ def _column(text: str) -> list[int]:
     return [int(x) for x in text.split(",")] if text else []
 
 
+def _texts(text: str | None, count: int) -> list[str] | list[None]:
+    """A text column's values (``None`` each when the column is absent)."""
+    if text is None:
+        return [None] * count
+    values = text.split(SEPARATOR)
+    if len(values) != count:
+        raise InvalidInputError("run", len(values), f"values in a text column of {count} events")
+    return values
+
+
 def expand_run(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The ``ConsumeTrace`` records (field name -> value, status as its symbol) a decoded
     ``ConsumeTraceRun`` stands for, in order: what the events would have been, written one
-    by one (the Spark job's ``decode_traces`` does the same in SQL)."""
+    by one (the Spark job's ``decode_traces`` does the same in SQL).  A run without text
+    columns (written before they existed, or by records without those headers) has the
+    ids ``<kafka_topic>:<partition>:<offset>`` and no tags or keys."""
     count = run["count"]
     first = run["first_offset"]
     offsets = _column(run["offsets"]) or range(first, first + count)
@@ -361,9 +407,15 @@ def expand_run(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     ts_type = run["timestamp_type"]
     stamps: list[int | None] = [*_from_int64s(run["timestamps"])] or [None] * count
     kafka_topic, partition = run["kafka_topic"], run["partition"]
+    # written by the previous schema version, or read with it: no text columns
+    ids = _texts(run.get("msg_ids"), count)
+    tags = _texts(run.get("tags"), count)
+    keys = _texts(run.get("keys"), count)
     out = []
-    for offset, index, stamp in zip(offsets, indices, stamps, strict=True):
-        msg_id = f"{kafka_topic}:{partition}:{offset}"
+    for offset, index, stamp, uniq, tag, key in zip(
+        offsets, indices, stamps, ids, tags, keys, strict=True
+    ):
+        msg_id = uniq or f"{kafka_topic}:{partition}:{offset}"
         born = stamp if ts_type == TS_CREATE else None
         out.append(
             {
@@ -377,8 +429,8 @@ def expand_run(run: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "origin_msg_id": msg_id,
                 "status": run["status"],
                 "reconsume_times": 0,
-                "tags": None,
-                "keys": None,
+                "tags": tag,
+                "keys": key,
                 "batch_size": size,
                 "batch_index": index,
                 "ack_index": run["ack_index"],

@@ -18,19 +18,22 @@ one record (``packed=True``, the default):
 With ``packed=False`` it writes the older layout, one ``consume_trace.avsc`` record per
 event keyed by the message id (for readers older than the packed format).
 
-The consume path does as little as it can.  Calling the sink appends to an in-memory
-queue (no lock).  The successes of listener batches whose records carry no headers -- one
-hand-over per fetched run the consumer ran inline, whatever the batch size
-(:data:`~adapter.core.trace.PendingBatches`), or per batch -- are read off their records
-at once with C-level operations on the whole batch (:func:`batch_columns`: offsets, Kafka
-timestamps; no Python code per message) and queued as columns that hold no message; the
-sink's thread joins consecutive ones into runs (:class:`~adapter.core.trace.RunBuilder`),
-one ``ConsumeTraceRun`` record each, which readers expand into the events they stand for.
-Everything else (failures, messages with headers, local redeliveries, the
+The consume path does as little as it can. Calling the sink appends to an in-memory
+queue (no lock). The successes of listener batches whose records carry no headers, or
+only ``UNIQ_KEY``, ``TAGS``, ``KEYS`` and headers no event field depends on (what our
+producer writes: :func:`text_columns`) -- one hand-over per fetched run the consumer ran
+inline, whatever the batch size (:data:`~adapter.core.trace.PendingBatches`), or per
+batch -- are read off their records at once with C-level operations on the whole batch
+(:func:`batch_columns`: offsets, Kafka timestamps, those three headers; no Python code
+per message) and queued as columns that hold no message; the sink's thread joins
+consecutive ones into runs (:class:`~adapter.core.trace.RunBuilder`), one
+``ConsumeTraceRun`` record each, which readers expand into the events they stand for.
+Everything else (failures, messages with other headers -- an origin id, a reconsume
+count, an origin born time, a retry record's topic --, local redeliveries, the
 ScheduleService's forwards) is queued as a :data:`~adapter.core.trace.Pending` tuple (or
 the event) and derived and encoded event by event on the sink's thread
 (:func:`~adapter.core.trace.consumer_fields`, the writer compiled from the schema,
-:func:`~adapter.io.avro.trace_encoder`).  The thread takes what is queued when a pack's
+:func:`~adapter.io.avro.trace_encoder`). The thread takes what is queued when a pack's
 worth waits (or 256 events in items that still hold messages, so they are released
 young), and produces every ``interval_s`` (or as soon as a pack is full) one record per
 pack (:func:`~adapter.core.trace.plan_packs`); librdkafka batches (``linger.ms``) and
@@ -51,18 +54,31 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, Final
 
 from confluent_kafka import Message, Producer
 
+from adapter.constants import (
+    HEADER_ORIGIN_BORN_MS,
+    PROPERTY_KEYS,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+)
 from adapter.core import naming
 from adapter.core.message import plain_records
 from adapter.core.trace import (
     BATCHES,
+    NO_TEXT,
     RUN,
     RUN_FIELDS,
+    SEPARATOR,
     Pending,
     PendingBatches,
     PendingRun,
@@ -117,6 +133,9 @@ DEFAULT_INTERVAL_S: Final = 0.05
 #: are released young (kept longer, they would outlive the garbage collector's young
 #: generations, and every collection would walk them).
 _WAKE_EVENTS: Final = 256
+#: Packs' worth of events queued as columns that wake the sink's thread before its
+#: interval.
+_COLUMN_PACKS: Final = 8
 #: Items one take handles at most (then the thread looks again).
 _DRAIN_MAX: Final = 10_000
 #: Where the message id sits in an event's fields (the key of an unpacked record).
@@ -130,6 +149,22 @@ _TIMESTAMP: Final[Any] = Message.timestamp
 _OFFSET: Final[Any] = Message.offset
 _PARTITION: Final[Any] = Message.partition
 _TOPIC: Final[Any] = Message.topic
+_GET: Final[Any] = dict.get
+#: Headers whose values a run holds as its text columns (``msg_ids``, ``tags``, ``keys``).
+_TEXT_HEADERS: Final = (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS)
+#: Headers that make an event say more than a run can (an origin id, a reconsume count,
+#: an origin born time, a retry record's original topic): records with one (not empty)
+#: are traced event by event.
+_OFF_RUN_HEADERS: Final = (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    HEADER_ORIGIN_BORN_MS,
+    PROPERTY_RETRY_TOPIC,
+)
+_OFF_RUN: Final = frozenset(_OFF_RUN_HEADERS)
+_NAME: Final = itemgetter(0)
+_VALUE: Final = itemgetter(1)
+_SEP: Final = SEPARATOR.encode()
 #: How long the sink's thread waits for librdkafka to make room in a full local queue.
 _ROOM_WAIT_S: Final = 0.05
 _TRACE_RETENTION_MS: Final = str(7 * 86_400_000)
@@ -155,9 +190,9 @@ COLUMNS: Final[Any] = object()
 
 #: The columns of the successes of listener batches, read off their records
 #: (:func:`batch_columns`): ``(COLUMNS, key, first_offset, count, offsets, indices,
-#: timestamps)``, the arguments of :meth:`~adapter.core.trace.RunBuilder.add`.  Holds no
-#: message: queued, it keeps nothing of the batch alive.
-Columns = tuple[Any, tuple[Any, ...], int, int, "list[int] | None", "list[int] | None", Any]
+#: timestamps, text)``, the arguments of :meth:`~adapter.core.trace.RunBuilder.add`.
+#: Holds no message: queued, it keeps nothing of the batch alive.
+Columns = tuple[Any, tuple[Any, ...], int, int, "list[int] | None", "list[int] | None", Any, Any]
 
 
 def add_batch_run(
@@ -169,18 +204,19 @@ def add_batch_run(
     columns: Any = item if item[0] is COLUMNS else batch_columns(item)  # type: ignore[arg-type]
     if columns is None:
         return False
-    _, key, first, n, offsets, indices, stamps = columns
+    _, key, first, n, offsets, indices, stamps, text = columns
     if not n:
         return None
-    return builder.add(key, first, n, offsets, indices, stamps)
+    return builder.add(key, first, n, offsets, indices, stamps, text)
 
 
 def batch_columns(item: PendingRun | PendingBatches) -> Columns | None:
     """The columns of the successes of one listener batch (a
     :data:`~adapter.core.trace.PendingRun`), or of consecutive whole batches (a
     :data:`~adapter.core.trace.PendingBatches`), when every event follows from its record
-    alone (:func:`~adapter.core.message.plain_records`, no headers, one timestamp type,
-    one partition); ``None`` when they cannot be a run.
+    alone (:func:`~adapter.core.message.plain_records`, one timestamp type, one
+    partition, and no headers or only headers a run holds as columns:
+    :func:`text_columns`); ``None`` when they cannot be a run.
 
     Every per-record step is C code over the whole batch (``map``, ``any``, ``zip``), so
     it costs far less per event than deriving and encoding each event."""
@@ -208,33 +244,34 @@ def _columns(  # noqa: PLR0917 - one call per hand-over, positional is cheapest
 ) -> Columns | None:
     n = len(msgs)
     if not n:
-        return (COLUMNS, (), 0, 0, None, None, ())
-    if n > 1:  # the first record's headers first: traffic with headers is refused at once
-        first_record = plain_records(msgs[:1])
-        try:
-            if first_record is None or _HEADERS(first_record[0]):
-                return None
-        except TypeError:  # not confluent-kafka records (messages built from fields)
-            return None
+        return (COLUMNS, (), 0, 0, None, None, (), None)
     records = plain_records(msgs)
     if records is None:
         return None
     head = records[0]
+    text: tuple[str | None, str | None, str | None] | None = None
+    has = NO_TEXT
     try:
         if n == 1:  # a batch of one: no iterators set up for one record
             if _HEADERS(head):
-                return None
+                text = text_columns(records)
+                if text is None:
+                    return None
             kind, stamp = _TIMESTAMP(head)
             stamps: Any = (stamp,)
         else:
             if any(map(_HEADERS, records)):
-                return None
+                text = text_columns(records)
+                if text is None:
+                    return None
             kinds, stamps = zip(*map(_TIMESTAMP, records), strict=True)
             kind = kinds[0]
             if kinds.count(kind) != n:
                 return None
     except TypeError:  # not confluent-kafka records (messages built from fields)
         return None
+    if text is not None:
+        has = (text[0] is not None, text[1] is not None, text[2] is not None)
     tail = records[-1]
     first, partition, kafka_topic = head.offset(), head.partition(), head.topic()
     offsets: list[int] | None = None
@@ -244,9 +281,91 @@ def _columns(  # noqa: PLR0917 - one call per hand-over, positional is cheapest
         offsets = list(map(_OFFSET, records))
     key = (
         group, now_ms, msgs[0].topic, kafka_topic, partition, size, ack_index, rt_ms, started,
-        kind,
+        kind, has,
     )  # fmt: skip
-    return (COLUMNS, key, first, n, offsets, indices, stamps)
+    return (COLUMNS, key, first, n, offsets, indices, stamps, text)
+
+
+def text_columns(records: list[Any]) -> tuple[str | None, str | None, str | None] | None:
+    """The ``msg_ids``, ``tags`` and ``keys`` columns of a run (``UNIQ_KEY``, ``TAGS``,
+    ``KEYS`` of each record, joined with :data:`~adapter.core.trace.SEPARATOR`; ``None``
+    for a header no record has), read with C code over the records' header lists: when
+    every record has the same header names in the same order (one producer's traffic),
+    by position; otherwise one look-up per header and record.  ``None`` when the
+    records' events cannot be a run: a header of :data:`_OFF_RUN_HEADERS` set, a header
+    of the columns on some records only, an empty ``UNIQ_KEY``, a value that holds the
+    separator or is not UTF-8, a record without headers.
+
+    What the events say is what :meth:`~adapter.core.message.MessageExt.decoded` reads
+    from the same headers: the last value of a repeated name, a null value as absent."""
+    lists = list(map(_HEADERS, records))
+    head = lists[0]
+    if (
+        head
+        and not _OFF_RUN.isdisjoint(map(_NAME, head))
+        and any(value for name, value in head if name in _OFF_RUN)
+    ):  # the first record's events cannot be a run (retried messages): refused at once
+        return None
+    try:
+        flat = list(chain.from_iterable(lists))  # every (name, value), record after record
+    except TypeError:  # a record without headers among them
+        return None
+    n = len(lists)
+    layout = tuple(map(_NAME, lists[0]))
+    width = len(layout)
+    if len(flat) != width * n or tuple(map(_NAME, flat)) != layout * n:
+        return _text_by_name(lists, n)
+    where = {name: j for j, name in enumerate(layout)}  # the last of a repeated name
+    if not _OFF_RUN.isdisjoint(where):
+        return _text_by_name(lists, n)  # (an empty one reads as absent: may still be a run)
+    out: list[str | None] = []
+    for name in _TEXT_HEADERS:
+        j = where.get(name)
+        if j is None:
+            out.append(None)
+            continue
+        column = list(map(_VALUE, flat[j::width]))
+        if None in column:  # a null value reads as absent: some records have it, some not
+            return None
+        text = _joined(column, n, name)
+        if text is None:
+            return None
+        out.append(text)
+    return out[0], out[1], out[2]
+
+
+def _text_by_name(lists: list[Any], n: int) -> tuple[str | None, str | None, str | None] | None:
+    """:func:`text_columns` for records whose header names differ: one dict per record."""
+    headers = list(map(dict, lists))  # the last value of a repeated name, as decoded
+    for name in _OFF_RUN_HEADERS:  # an empty value reads as absent there too
+        if any(map(_GET, headers, repeat(name))):
+            return None
+    out: list[str | None] = []
+    for name in _TEXT_HEADERS:
+        values = list(map(_GET, headers, repeat(name)))
+        absent = values.count(None)
+        if absent == n:
+            out.append(None)
+            continue
+        text = None if absent else _joined(values, n, name)
+        if text is None:
+            return None
+        out.append(text)
+    return out[0], out[1], out[2]
+
+
+def _joined(values: Sequence[bytes], n: int, name: str) -> str | None:
+    """One text column: ``n`` header values (none null) joined, or ``None`` when they
+    cannot be (an empty ``UNIQ_KEY``, a value that holds the separator, not UTF-8)."""
+    if name == PROPERTY_UNIQ_KEY and b"" in values:
+        return None  # the event's id is derived from the record
+    joined = _SEP.join(values)
+    if joined.count(_SEP) != n - 1:
+        return None
+    try:
+        return joined.decode("utf-8")
+    except UnicodeDecodeError:  # the event's value would be shown with U+FFFD
+        return None
 
 
 #: What the queue holds.
@@ -386,8 +505,9 @@ class KafkaTraceSink:
             return False
         if columns is None:
             return False
-        # holds no message: wake the sink's thread for a pack's worth only
-        self._put(columns, columns[3], self._max_events)
+        # holds no message: the sink's thread takes columns on its interval, or when
+        # several packs' worth wait (each wake-up takes the GIL from the consumer's loop)
+        self._put(columns, columns[3], self._max_events * _COLUMN_PACKS)
         return True
 
     def _put(self, item: _Item | Columns, events: int = 1, wake: int = _WAKE_EVENTS) -> None:

@@ -154,22 +154,34 @@ def test_unreachable_broker_drops_instead_of_raising() -> None:
     assert sink.dropped == 5 and sink.delivered == 0
 
 
+@pytest.mark.parametrize("ours", [False, True], ids=["plain", "our-headers"])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_a_traced_consumer_writes_runs_that_read_back_as_its_events(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any, batch: int
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, batch: int, ours: bool
 ) -> None:
-    """Plain Kafka records (no headers) consumed with ``trace_topic``: the sink writes runs
+    """Records consumed with ``trace_topic``, plain Kafka ones (no headers) or as our
+    producer writes them (``UNIQ_KEY``, ``TAGS``, ``KEYS``): the sink writes runs
     (``ConsumeTraceRun``), and they read back as the events a plain sink is handed for the
-    same records (one more message has headers: its events stay events)."""
+    same records (one more message has a header a run cannot hold: its events stay
+    events)."""
     from confluent_kafka import Producer
 
     from adapter import PushConsumer
+    from adapter.core.codec import encode_message_headers
+    from adapter.core.message import Message
     from tests.support.consumer_helpers import RecordingListener, wait_until
 
     topic = kafka_topic_factory("runs")
     producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
     for i in range(40):
-        headers = [("TAGS", b"T")] if i == 17 else None
+        headers: list[tuple[str, bytes | None]] | None
+        if ours:
+            sent = Message(topic=topic, body=b"", tags="T", keys=[f"k{i}", "x"])
+            headers = encode_message_headers(sent, f"AC{i:04d}")
+            if i == 17:
+                headers.append(("ORIGIN_MESSAGE_ID", b"AC0000"))
+        else:
+            headers = [("TAGS", b"T"), ("ORIGIN_MESSAGE_ID", b"O17")] if i == 17 else None
         producer.produce(topic, f"m{i}".encode(), headers=headers)
     assert producer.flush(10) == 0
     logical = f"trace-{uuid.uuid4().hex[:8]}"
@@ -210,7 +222,9 @@ def test_a_traced_consumer_writes_runs_that_read_back_as_its_events(
     want = sorted((tuple(e.to_record()[f] for f in same) for e in plain), key=lambda r: r[2])
     assert sorted((tuple(r[f] for f in same) for r in got), key=lambda r: r[2]) == want
     assert all(0 <= r["batch_index"] < r["batch_size"] <= batch for r in got)
-    assert {r["tags"] for r in got} == {None, "T"}
+    assert {r["tags"] for r in got} == ({"T"} if ours else {None, "T"})
+    if ours:
+        assert {r["msg_id"] for r in got} == {f"AC{i:04d}" for i in range(40)}
     # the batch with headers is not in a run (nor is the rest of its fetched run, should
     # that start with it); the messages before it are
     assert 17 <= in_runs <= 40 - batch

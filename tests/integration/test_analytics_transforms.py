@@ -227,14 +227,28 @@ def test_decode_explodes_packed_records_beside_single_ones(spark: SparkSession) 
 
 def _traffic() -> tuple[list[tuple[Any, ...]], list[TraceEvent]]:
     """Listener batches over records without headers (whole and partial successes, create
-    and log-append times, a gap in the offsets, one record with headers) as the consumer
-    hands them to the sink, and the events the sink used to write one by one."""
+    and log-append times, a gap in the offsets, one record with headers among them) and
+    over records as our producer writes them (UNIQ_KEY, TAGS, KEYS: text columns; one
+    with an ORIGIN_MESSAGE_ID: per event) as the consumer hands them to the sink, and the
+    events the sink used to write one by one."""
     stamps: list[int | None] = [BASE + 500]
+
+    def headers(i: int) -> list[tuple[str, bytes | None]] | None:
+        if i == 7:
+            return [("UNIQ_KEY", b"U7")]
+        if i < 18:
+            return None
+        out: list[tuple[str, bytes | None]] = [
+            ("TAGS", b"old"), ("UNIQ_KEY", f"U{i}".encode()), ("TAGS", b"" if i == 19 else b"t"),
+            ("KEYS", f"k{i} k".encode()), ("color", None),
+        ]  # fmt: skip
+        return [*out, ("ORIGIN_MESSAGE_ID", b"O1")] if i == 25 else out
+
     records = [
         Message(topic="k-orders", partition=1, offset=10 + i + (4 if i > 9 else 0), value=b"x",
-                timestamp=(2 if i >= 14 else 1, BASE - 3_000 + 100 * i),
-                headers=[("UNIQ_KEY", b"U7")] if i == 7 else None)
-        for i in range(18)
+                timestamp=(2 if 14 <= i < 18 else 1, BASE - 3_000 + 100 * i),
+                headers=headers(i))
+        for i in range(27)
     ]  # fmt: skip
     msgs = [view_of(r, "orders", False, stamps) for r in records]
     items: list[tuple[Any, ...]] = [
@@ -242,6 +256,8 @@ def _traffic() -> tuple[list[tuple[Any, ...]], list[TraceEvent]]:
         (RUN, "g", BASE + 1_000, msgs[6:9], range(3), None, 0.5, BASE + 500),  # headers
         (RUN, "g", BASE + 61_000, msgs[9:13], [0, 2, 3], 1, 0.25, BASE + 500),  # window 2
         (BATCHES, "g", BASE + 61_000, msgs[13:18], 5, 0.25, BASE + 500),  # mixed stamps
+        (BATCHES, "g", BASE + 61_000, msgs[18:24], 3, 0.25, BASE + 500),  # text columns
+        (BATCHES, "g", BASE + 61_000, msgs[24:27], 3, 0.25, BASE + 500),  # an origin id
     ]
     events = []
     for item in items:
@@ -279,7 +295,7 @@ def test_runs_decode_to_the_rows_of_the_same_events_written_one_by_one(
     got = transforms.decode_traces(df)
     one_by_one = transforms.decode_traces(raw(spark, [encode_trace(e) for e in events]))
     assertDataFrameEqual(got.select(*fields), one_by_one.select(*fields))
-    assert got.count() == len(events) == 17
+    assert got.count() == len(events) == 26
     assertDataFrameEqual(
         transforms.consume_metrics(got, window="1 minute"),
         transforms.consume_metrics(one_by_one, window="1 minute"),
@@ -290,7 +306,9 @@ def test_a_pack_in_the_retired_layout_still_decodes(spark: SparkSession) -> None
     """Packs written before runs existed (the retired ConsumeTraceBatch, events only)."""
     current = schemas.trace_batch_schema()
     (retired,) = [
-        s for t, s in schemas.known_schemas(schemas.TRACE_BATCH).items() if t != current.tag
+        s
+        for t, s in schemas.known_schemas(schemas.TRACE_BATCH).items()
+        if t != current.tag and "runs" not in s.text
     ]
     events = [consume(i, S.SUCCESS, 0, at=i) for i in range(1, 4)]
     old = schemas.pack_traces([encode_trace(e) for e in events])[:-1]  # no runs array

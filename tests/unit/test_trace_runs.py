@@ -131,7 +131,7 @@ def _key(record: dict[str, Any]) -> tuple[Any, ...]:
     kinds=st.sampled_from([(1,), (2,), (0,), (1, 2)]),
     partial=st.booleans(),
     clock_step=st.integers(0, 1),
-    with_headers=st.booleans(),
+    header_mode=st.sampled_from(["none", "first", "producer", "origin"]),
 )
 def test_runs_read_back_as_the_events_written_one_by_one(
     *,
@@ -140,10 +140,18 @@ def test_runs_read_back_as_the_events_written_one_by_one(
     kinds: tuple[int, ...],
     partial: bool,
     clock_step: int,
-    with_headers: bool,
+    header_mode: str,
 ) -> None:
+    """Records without headers, with headers on the first only, as our producer writes
+    them (UNIQ_KEY, TAGS, KEYS, a repeated key, a null value, a user property), or with an
+    origin id (a retried message's): read back, the same events."""
     total = sum(sizes)
-    headers = {0: [("UNIQ_KEY", b"U1"), ("TAGS", b"t")]} if with_headers else None
+    headers = {
+        "none": {},
+        "first": {0: [("UNIQ_KEY", b"U1"), ("TAGS", b"t")]},
+        "producer": {i: _producer_headers(i) for i in range(total)},
+        "origin": {i: [*_producer_headers(i), ("ORIGIN_MESSAGE_ID", b"O")] for i in range(total)},
+    }[header_mode]
     records = _records(total, gaps=gaps, kinds=kinds, headers=headers)
     runs = []
     start = 0
@@ -154,8 +162,61 @@ def test_runs_read_back_as_the_events_written_one_by_one(
         start += size
     closed, single = _as_runs(runs)
     assert sorted(_decoded(closed, single), key=_key) == sorted(_one_by_one(runs), key=_key)
-    if with_headers:
-        assert single  # a batch holding a record with headers is derived per event
+    if header_mode == "first" and sizes[0] > 1:
+        assert single  # a batch where some records have a header and some not: per event
+    if header_mode == "producer" and len(set(kinds)) == 1:
+        assert not single  # text columns
+    if header_mode == "origin":
+        assert not closed  # an origin id: per event
+
+
+def _producer_headers(i: int) -> list[tuple[str, bytes | None]]:
+    return [
+        ("TAGS", b"first"), ("UNIQ_KEY", f"AC{i:04d}".encode()), ("TAGS", b"" if i == 2 else b"t"),
+        ("KEYS", f"k{i} k\u00e9".encode()), ("color", b"red"), ("gone", None),
+    ]  # fmt: skip
+
+
+def test_producer_records_are_one_run_with_text_columns() -> None:
+    closed, single = _as_runs(
+        [_run(_records(3, headers={i: _producer_headers(i) for i in range(3)}))]
+    )
+    assert not single
+    fields = dict(zip(RUN_FIELDS, closed[0], strict=True))
+    assert fields["msg_ids"] == "AC0000\x1eAC0001\x1eAC0002"
+    assert fields["tags"] == "t\x1et\x1e"
+    assert fields["keys"] == "k0 k\u00e9\x1ek1 k\u00e9\x1ek2 k\u00e9"
+    events = expand_run(fields)
+    assert [e["msg_id"] for e in events] == [e["origin_msg_id"] for e in events]
+    assert [e["tags"] for e in events] == ["t", "t", ""]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [("UNIQ_KEY", b"a\x1eb")],  # holds the separator
+        [("KEYS", b"\xff")],  # not UTF-8 (the event shows U+FFFD)
+        [("UNIQ_KEY", b"")],  # an empty UNIQ_KEY: the id is derived from the record
+        [("RECONSUME_TIME", b"1")],
+        [("RMQ_ORIGIN_BORN_MS", b"5")],
+        [("RETRY_TOPIC", b"orders")],
+        [],  # no UNIQ_KEY on this one only
+    ],
+)
+def test_what_a_run_cannot_hold_is_traced_per_event(bad: list[tuple[str, bytes]]) -> None:
+    headers = {0: [("UNIQ_KEY", b"U0")], 1: [*([("UNIQ_KEY", b"U1")] if bad else []), *bad]}
+    runs = [_run(_records(2, headers=headers))]
+    closed, single = _as_runs(runs)
+    assert not closed and single
+    assert sorted(_decoded(closed, single), key=_key) == sorted(_one_by_one(runs), key=_key)
+
+
+def test_empty_values_of_other_headers_read_as_absent() -> None:
+    empty = [("UNIQ_KEY", b"U"), ("RECONSUME_TIME", b""), ("ORIGIN_MESSAGE_ID", b"")]
+    runs = [_run(_records(1, headers={0: empty}))]
+    closed, single = _as_runs(runs)
+    assert closed and not single
+    assert _decoded(closed, single) == _one_by_one(runs)
 
 
 def test_whole_batches_with_consecutive_offsets_join_into_one_run() -> None:
@@ -240,8 +301,11 @@ def test_the_retired_batch_schema_and_the_new_one_read_each_other() -> None:
     with runs decodes with the retired reader (its events, without the runs': an old
     reader does not know them)."""
     current = trace_batch_schema()
-    (retired,) = [s for t, s in known_schemas(TRACE_BATCH).items() if t != current.tag]
-    assert "runs" not in retired.text
+    (retired,) = [
+        s
+        for t, s in known_schemas(TRACE_BATCH).items()
+        if t != current.tag and "runs" not in s.text
+    ]
     event = TraceEvent(BASE, "consumer", "g", "orders", 0, 1, "m", "m", "SUCCESS", 0)  # type: ignore[arg-type]
     old = pack_traces([encode_trace(event)])[:-1]  # the retired layout: events only
     assert decode(retired, old)["events"][0]["msg_id"] == "m"
@@ -304,3 +368,40 @@ def test_whole_batches_and_single_batches_join_or_fall_back(headers: Any) -> Non
         assert got == want
     else:
         assert single == [whole] and len(closed) == 1
+
+
+def test_runs_with_and_without_text_columns_read_across_schema_versions() -> None:
+    """The previous version (runs without text columns) reads a run with them (its other
+    columns); the current one reads a run written before (text columns null: ids derived
+    from the records)."""
+    current = trace_batch_schema()
+    (previous,) = [
+        s for t, s in known_schemas(TRACE_BATCH).items() if t != current.tag and "runs" in s.text
+    ]
+    runs = [_run(_records(2, headers={i: _producer_headers(i) for i in range(2)}))]
+    closed, _ = _as_runs(runs)
+    new = pack_traces([], [run_encoder()(c) for c in closed])
+    (old_run,) = decode(current, new, reader=previous)["runs"]
+    assert "msg_ids" not in old_run and old_run["count"] == 2
+    old_fields = {k: v for k, v in old_run.items()}
+    old = fastavro_bytes(previous, {"events": [], "runs": [old_fields]})
+    assert [e["msg_id"] for e in decode_trace_records(old, previous.tag)] == [
+        "k-orders:2:100",
+        "k-orders:2:101",
+    ]
+    assert [e["msg_id"] for e in decode_trace_records(new, current.tag)] == ["AC0000", "AC0001"]
+
+
+def fastavro_bytes(schema: Any, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, schema.parsed, record)
+    return buf.getvalue()
+
+
+def test_a_text_column_of_the_wrong_length_is_refused() -> None:
+    from adapter.errors import InvalidInputError
+
+    closed, _ = _as_runs([_run(_records(2, headers={i: _producer_headers(i) for i in range(2)}))])
+    fields = dict(zip(RUN_FIELDS, closed[0], strict=True))
+    with pytest.raises(InvalidInputError):
+        expand_run({**fields, "keys": "only-one"})
