@@ -667,14 +667,17 @@ def _storm_id(key: int, seq: int) -> str:
 def _order_problems(records: list[Record], per_key: int) -> list[str]:
     """Per key, the ``ok`` sequence numbers in log order: each is the next one, or a
     repeat of one first handled by a process killed before the repeat (a crash forces a
-    re-read from the committed offset); never a gap, never another step back."""
+    re-read from the committed offset) or whose commit the group refused (a member leaving
+    while the group already rebalanced without it: CI saw ILLEGAL_GENERATION then
+    REBALANCE_IN_PROGRESS as "a" left while "d" joined); never a gap, never another step
+    back."""
     killed: set[int] = set()
     high: dict[str, int] = {}
     first_by: dict[str, int] = {}  # id -> pid that handled it first
     problems = []
     for r in records:
-        if r.outcome == "killed":
-            killed.add(r.pid)
+        if r.outcome in ("killed", "commit-refused"):
+            killed.add(r.pid)  # what it handled since its last commit may be read again
             continue
         if r.outcome != "ok":
             continue

@@ -219,6 +219,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     lock = threading.Lock()
 
+    class RefusedCommits(logging.Handler):
+        """Journal a commit the group refused (``commit-refused``, batch -1): a member that
+        revokes or leaves while the group already rebalances without it is refused
+        (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS), and what it handled since its last
+        commit is read again by the next owner."""
+
+        def emit(self, rec: logging.LogRecord) -> None:
+            if "commit failed" in rec.getMessage():
+                with lock:
+                    os.write(fd, f"{pid} commit-refused - 0 - 0 0 -1 0/0\n".encode())
+                    os.fsync(fd)
+
+    logging.getLogger("adapter.consumer").addHandler(RefusedCommits(logging.WARNING))
+
     batches = itertools.count()
     ok_count = itertools.count(1)
     armed = threading.Event()  # the kill point may fire
