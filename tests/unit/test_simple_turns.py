@@ -92,17 +92,22 @@ def test_no_read_while_the_loop_is_mid_step() -> None:
     assert turns.fetch(32) is True  # between steps
 
 
-def test_no_read_while_a_rebalance_callback_waits() -> None:
-    turns, member = _turns()
-    gate = _Gate()
-    callback = turns.guard(lambda cb: cb)(lambda: turns.wait(gate, WAIT_S))  # type: ignore[arg-type]
-    member.body = callback
+def _no_read_while_the_step_waits(turns: MemberTurns, member: _Member, gate: _Gate) -> None:
+    """Run one loop step whose body sleeps on ``gate``: a read meanwhile is refused."""
     loop = _in_loop(turns)
     assert gate.entered.wait(WAIT_S)
     assert turns.fetch(32) is False
     gate.go.set()
     loop.join(WAIT_S)
     assert member.fetched == []
+
+
+def test_no_read_while_a_rebalance_callback_waits() -> None:
+    turns, member = _turns()
+    gate = _Gate()
+    callback = turns.guard(lambda cb: cb)(lambda: turns.wait(gate, WAIT_S))  # type: ignore[arg-type]
+    member.body = callback
+    _no_read_while_the_step_waits(turns, member, gate)
 
 
 def test_no_read_while_the_loop_drains_partitions_it_resets() -> None:
@@ -117,12 +122,7 @@ def test_no_read_while_the_loop_drains_partitions_it_resets() -> None:
             member.draining = frozenset()
 
     member.body = reset
-    loop = _in_loop(turns)
-    assert gate.entered.wait(WAIT_S)
-    assert turns.fetch(32) is False
-    gate.go.set()
-    loop.join(WAIT_S)
-    assert member.fetched == []
+    _no_read_while_the_step_waits(turns, member, gate)
 
 
 def test_closing_keeps_its_turn_while_it_waits() -> None:
