@@ -13,13 +13,14 @@ from adapter.clients.producer.lookup import (
     DEFAULT_PROPAGATION_MS,
     LOOKUP_SLICE_S,
     MIN_SLICE_S,
+    TRANSPORT_TRIES,
     TopicLookup,
     lookup_slice,
     propagation_s,
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.errors import AuthenticationError, UnknownTopicError
+from adapter.errors import AuthenticationError, BrokerUnavailableError, UnknownTopicError
 
 pytestmark = pytest.mark.unit
 
@@ -143,6 +144,34 @@ def test_a_fatal_error_ends_the_lookup_at_once() -> None:
         lookup(client, raise_fatal=raise_fatal).kafka_topic("orders")
     assert info.value is refused
     assert len(client.asked) == 1
+
+
+def test_a_transport_failure_waits_for_the_authentication_error_reported_after_it() -> None:
+    """Wrong credentials: librdkafka fails the metadata request with ``_TRANSPORT`` and
+    reports the authentication error to ``error_cb`` on the producer's poll thread, which may
+    come a moment later.  The lookup asks again briefly and raises that error, not an
+    outage."""
+    refused = AuthenticationError("credentials refused")
+    reported: list[Exception] = []
+    transport = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    client = FakeClient(answers=[transport] * 50)
+
+    def raise_fatal() -> None:
+        if reported:
+            raise reported[0]
+        if client.asked:  # the poll thread serves the error after the first failure
+            reported.append(refused)
+
+    with pytest.raises(AuthenticationError) as info:
+        lookup(client, raise_fatal=raise_fatal).kafka_topic("orders")
+    assert info.value is refused
+
+
+def test_a_transport_failure_with_no_error_reported_is_an_outage_after_a_few_tries() -> None:
+    client = FakeClient(answers=[KafkaException(KafkaError(KafkaError._TRANSPORT))] * 50)
+    with pytest.raises(BrokerUnavailableError):
+        lookup(client).kafka_topic("orders")
+    assert 1 < len(client.asked) <= TRANSPORT_TRIES
 
 
 def test_schedule_topics_are_mapped_without_a_lookup() -> None:

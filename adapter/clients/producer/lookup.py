@@ -27,6 +27,12 @@ DEFAULT_PROPAGATION_MS = 30_000
 LOOKUP_SLICE_S = 1.0
 #: The shortest slice (a lookup whose bound is all but spent still asks once).
 MIN_SLICE_S = 0.01
+#: A metadata request that failed on the transport is made this many times in all: refused
+#: credentials fail it so, and librdkafka reports why to ``error_cb`` on the producer's poll
+#: thread, which may come a moment after the failure (then the next try raises that error).
+TRANSPORT_TRIES = 3
+#: The wait before asking again after a transport failure.
+TRANSPORT_WAIT_S = 0.2
 UNKNOWN_TOPIC_CODES = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
 
 
@@ -54,10 +60,31 @@ def lookup_slice(bound_s: float, elapsed_s: float) -> float:
     return min(LOOKUP_SLICE_S, max(bound_s - elapsed_s, MIN_SLICE_S))
 
 
+def _code(exc: BaseException | None) -> int | None:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
 def timed_out(exc: BaseException) -> bool:
     """Whether a metadata request ran out of its slice (asked again while the bound lasts)."""
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT
+    return _code(exc) == KafkaError._TIMED_OUT
+
+
+def ask_again(state: tenacity.RetryCallState) -> bool:
+    """Whether a failed metadata request is made again: a slice that ran out, while the
+    bound lasts; a transport failure up to :data:`TRANSPORT_TRIES` times in all."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    code = _code(exc)
+    if code == KafkaError._TIMED_OUT:
+        return True
+    return code == KafkaError._TRANSPORT and state.attempt_number < TRANSPORT_TRIES
+
+
+def wait_to_ask(state: tenacity.RetryCallState) -> float:
+    """No wait after a slice that ran out (it waited already); a short one after a
+    transport failure, for the error behind it to be reported."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    return TRANSPORT_WAIT_S if _code(exc) == KafkaError._TRANSPORT else 0.0
 
 
 class TopicLookup:
@@ -142,7 +169,13 @@ class TopicLookup:
         bound = self._request_s
         started = time.monotonic()
 
+        tries = 0
+
         def ask() -> Any:
+            nonlocal tries
+            if tries:
+                self._raise_fatal()  # reported since the last try (refused credentials)
+            tries += 1
             try:
                 slice_s = lookup_slice(bound, time.monotonic() - started)
                 return self._client().list_topics(topic=kafka_topic, timeout=slice_s)
@@ -152,7 +185,8 @@ class TopicLookup:
 
         try:
             md = tenacity.Retrying(
-                retry=tenacity.retry_if_exception(timed_out),
+                retry=ask_again,
+                wait=wait_to_ask,
                 stop=tenacity.stop_after_delay(bound),
                 reraise=True,
             )(ask)
