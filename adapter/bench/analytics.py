@@ -167,11 +167,12 @@ def spark_scenario(bench: Bench, rows: int, *, spark: Any = None) -> Scenario:
     fill_trace_topic(config, logical, rows)
     fill_s = time.perf_counter() - t0
     spark = spark or build_spark_session("rmq-kafka analytics bench")
-    # warm-up on a small topic: JIT, codegen and connector class loading stay out of the runs
-    warm = f"bench-trace-warm-{uid}"
-    fill_trace_topic(config, warm, min(rows, 5_000))
-    _plain_count(spark, config, warm)
-    _stream_job(spark, config, warm)
+    if bench.warm_up:
+        # warm-up on a small topic: JIT, codegen and connector class loading stay out of the runs
+        warm = f"bench-trace-warm-{uid}"
+        fill_trace_topic(config, warm, min(rows, 5_000))
+        _plain_count(spark, config, warm)
+        _stream_job(spark, config, warm)
     for _ in range(bench.repeats):
         n, run = _timed(spark, rows, lambda: _plain_count(spark, config, logical))
         if n != rows:

@@ -102,10 +102,14 @@ def measure(work: Callable[[], tuple[int, float, float]]) -> Run:
 class Bench:
     """One benchmark run's broker and size: what every scenario family takes."""
 
-    def __init__(self, bootstrap: str, messages: int, repeats: int) -> None:
+    def __init__(
+        self, bootstrap: str, messages: int, repeats: int, *, warm_up: bool = True
+    ) -> None:
         self.config = {"bootstrap.servers": bootstrap}
         self.n = messages
         self.repeats = repeats
+        #: whether the Spark row runs its warm-up jobs first (``--no-warm-up``)
+        self.warm_up = warm_up
 
     measure = staticmethod(measure)
 

@@ -44,7 +44,9 @@ def run_bench(args: argparse.Namespace) -> int:
         broker = EmbeddedKafka("bench", heap="1g" if brokers == 1 else "512m", brokers=brokers)
         bootstrap = broker.start(fresh=True)
     try:
-        bench = Bench(bootstrap, args.messages, args.repeats)
+        bench = Bench(
+            bootstrap, args.messages, args.repeats, warm_up=getattr(args, "warm_up", True)
+        )
         only = set(args.only or ALL)
         if SPARK_SCENARIO in only and getattr(args, "no_spark", False):
             only.discard(SPARK_SCENARIO)

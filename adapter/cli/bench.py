@@ -42,6 +42,13 @@ def add_parser(sub: Any) -> None:
         help="skip the Spark analytics row (it needs the spark extra: pyspark)",
     )
     b.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the Spark row's warm-up jobs: a check that the row runs (its figures then "
+        "include the JVM's compilation and class loading, so they are not comparable)",
+    )
+    b.add_argument(
         "--json",
         default="bench-results/latest.json",
         help="where the results go as JSON (default: bench-results/latest.json)",
