@@ -54,7 +54,7 @@ from adapter.clients.lag import LAG_INTERVAL_S, LagTracker
 from adapter.clients.outcomes import ConsumerStats, ConsumerTracer, Emit, SendBackResults
 from adapter.clients.resets import ResetReceiver
 from adapter.clients.starts import StartPositions
-from adapter.constants import METADATA_REFRESH_MS, SUBSCRIPTION_CHECK_S
+from adapter.constants import ANY_PARTITION, METADATA_REFRESH_MS, SUBSCRIPTION_CHECK_S
 from adapter.core import hops
 from adapter.core.clock import Clock
 from adapter.core.codec import logical_topic
@@ -194,6 +194,7 @@ class GroupConsumer:
             defaults={"message.timeout.ms": 30_000, "linger.ms": 5},
             producer_factory=producer_factory,
             on_delivered=self.results.delivered,
+            on_served=self.results.settle,
         )
         self._config = self._consumer_config(config)
         self._cooperative = is_cooperative(self._config)
@@ -414,16 +415,28 @@ class GroupConsumer:
         handlers = self._handlers
         now_ms: int | None = None
         copy = self._copier.copy
-        send = self.publisher.send
+        results = self.results
+        produce: Any = None
         for action in actions:
             if type(action) is SendBack:
                 if now_ms is None:
                     now_ms = self.clock.now_ms()
+                    produce = self.publisher.batching()
                 dest = action.dest
                 if type(dest) is RetryLater:  # the common case: one call builds the copy
                     record = copy(action.msg, dest.level, now_ms + dest.delay_ms, action.failure)
                     if record is not None:
-                        send(record, action, action.alone)
+                        if action.alone:
+                            self.publisher.send(record, action, True)
+                            continue
+                        # Publisher.send's work, inline (see Publisher.batching), the copy
+                        # its own delivery callback: its verdict goes to ``results``
+                        action.verdicts = results
+                        try:
+                            produce(record[0], record[1], record[2], ANY_PARTITION, action,
+                                    None, 0, record[3])  # fmt: skip
+                        except (BufferError, KafkaException):
+                            self.publisher.send(record, action)
                         continue
                 self._send_back(action, now_ms)
             else:

@@ -200,6 +200,13 @@ class SendBackResults:
         self.clock = clock
         self.apply = apply
         self.emit = emit
+        #: copies acknowledged and not settled yet (see :meth:`settle`); a copy that is its
+        #: own delivery callback (``SendBack.__call__``) joins it itself
+        self.acked: list[SendBack] = []
+        #: the engine's ``published`` for many copies in one call, where it has one
+        self._published_all: Callable[[list[SendBack]], None] | None = getattr(
+            engine, "published_all", None
+        )
 
     def on_result(self, action: SendBack, err: Any, local: bool) -> None:
         """The broker's verdict on a copy (runs on the loop thread, inside ``poll``):
@@ -207,23 +214,59 @@ class SendBackResults:
         if err is not None:
             self.refused(action, err, local)
             return
-        self.delivered(action, None, None)
+        self.acked.append(action)
+        self.settle()
 
     def delivered(self, action: SendBack, err: Any, _msg: Any = None) -> None:
         """librdkafka's delivery report on a copy, as the publisher hands it over (bound
         to ``action`` with :func:`functools.partial`: no Python frame in between, one
-        verdict per copy on the failure path)."""
-        if err is not None:
+        verdict per copy on the failure path).  An acknowledgement is only noted here:
+        :meth:`settle` settles the copies a poll acknowledged together, once it returns
+        (the publisher's ``on_served``); a refusal is dealt with at once."""
+        if err is None:
+            self.acked.append(action)
+        else:
             self.refused(action, err, False)
+
+    def settle(self) -> None:
+        """Settle the copies acknowledged since the last call: their messages' offsets
+        (the engine, in one call where it can), their counters and trace events.  Called
+        after every poll and flush of the publisher, before anything reads what they
+        settle (a step's ``tick``, a revoke's commit)."""
+        acked = self.acked
+        if not acked:
             return
+        self.acked = []
+        if self._published_all is not None:
+            self._published_all(acked)
+        else:
+            published = self.engine.published
+            for action in acked:
+                published(action)
+        stats = self.stats
+        send_backs = stats.send_backs
+        emit = self.emit
+        # per (topic, level): the copies of a run mostly share both
+        counts: dict[tuple[str, int], int] = {}
+        for action in acked:
+            dest = action.dest
+            if type(dest) is RetryLater and emit is None:  # the common case: a count
+                key = (action.msg.topic, dest.level)
+                counts[key] = counts.get(key, 0) + 1
+            else:
+                self._settled(action, dest)
+        for key, n in counts.items():
+            stats.topic(key[0]).sent_back += n
+            send_backs[key] = send_backs.get(key, 0) + n
+
+    def _settled(self, action: SendBack, dest: Destination) -> None:
+        """The counters and trace event of one settled copy (other than a retry copy of
+        an untraced consumer, which :meth:`settle` counts in bulk)."""
         msg = action.msg
-        dest = action.dest
-        self.engine.published(action)
         stats = self.stats
         topic = msg.topic
-        if type(dest) is RetryLater:  # the common case first: one type test per copy
-            st = stats.topics.get(topic)
-            (st if st is not None else stats.topic(topic)).sent_back += 1
+        if type(dest) is RetryLater:
+            stats.topic(topic).sent_back += 1
             key = (topic, dest.level)
             stats.send_backs[key] = stats.send_backs.get(key, 0) + 1
         elif isinstance(dest, DeadLetter):
@@ -243,7 +286,7 @@ class SendBackResults:
             stats.send_backs[key] = stats.send_backs.get(key, 0) + 1
         if self.emit is not None:
             status = TraceStatus.DLQ if isinstance(dest, DeadLetter) else TraceStatus.RETRY
-            self.emit(msg, status, action.info, action.failure, dest)
+            self.emit(msg, status, action.trace_info, action.failure, dest)
 
     def refused(self, action: SendBack, err: Any, local: bool) -> None:
         """A refused copy: the engine says what follows (nothing: consumed again locally)."""

@@ -323,6 +323,9 @@ def _hop_pairs(
 _RECONSUME_PAIRS = _Encoded(PROPERTY_RECONSUME_TIME)
 _PARTITION_PAIRS = _Encoded(HEADER_ORIGIN_PARTITION)
 
+#: a first failure's ``RECONSUME_TIME`` pair
+_FIRST_RETRY = (PROPERTY_RECONSUME_TIME, b"1")
+
 #: what :meth:`RetryCopier.copy` returns: topic, body, key, headers, partition (``None``)
 RetryRecord = tuple[str, bytes, bytes | None, list[tuple[str, bytes | None]], None]
 
@@ -330,7 +333,8 @@ RetryRecord = tuple[str, bytes, bytes | None, list[tuple[str, bytes | None]], No
 class RetryCopier:
     """The retry copies of one group's failed messages, one call each: the failure path's
     hottest call (every failed message, and with ``ack_index`` the rest of its batch,
-    becomes one), so it reads the message once (:meth:`MessageExt.hop_fields`), takes the
+    becomes one), so it reads the message once (:meth:`MessageExt.copy_fields`: a plain
+    record's first failure, the most common, is never decoded, its id is all it says), takes the
     user headers from the message's raw header tuples as they were read (never decoded
     and encoded again), and builds the header list in one go from pairs made once and
     shared: the group's, a level's ``REAL_TOPIC``/``DELAY``, a count's, a partition's, and
@@ -360,9 +364,7 @@ class RetryCopier:
         :func:`adapter.core.hops.send_back` makes of it for a
         :class:`~adapter.core.routing.RetryLater`; ``None`` for a message with malformed
         headers or an unknown level (the caller takes the general path, which says why)."""
-        hdr, topic, partition, offset, born, key, body = msg.hop_fields()
-        if hdr.errors:
-            return None
+        hdr, topic, partition, offset, born, key, body = msg.copy_fields()
         last = self._last
         if last[0] != level or last[1] != due_ms:
             where = self._levels.get(level)
@@ -374,6 +376,41 @@ class RetryCopier:
                 where[0],
                 (where[1], where[2], (HEADER_DUE_MS, b"%d" % due_ms)),
             )
+        if failure is None:
+            failed: Sequence[tuple[str, bytes | None]] = ()
+        else:
+            cached = _last_failure
+            failed = cached[1] if cached[0] is failure else _failure_pairs(failure)
+        if type(hdr) is bytes:  # a plain record's first failure: its id, nothing decoded
+            if born is None:
+                out = [
+                    (PROPERTY_UNIQ_KEY, hdr),
+                    (PROPERTY_ORIGIN_MESSAGE_ID, hdr),
+                    _RETRY_TOPIC_PAIRS[topic],
+                    _FIRST_RETRY,
+                    self._group_pair,
+                    _PARTITION_PAIRS[partition],
+                    (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+                    *failed,
+                    *last[3],
+                ]
+            else:
+                out = [
+                    (PROPERTY_UNIQ_KEY, hdr),
+                    (PROPERTY_ORIGIN_MESSAGE_ID, hdr),
+                    _RETRY_TOPIC_PAIRS[topic],
+                    _FIRST_RETRY,
+                    self._group_pair,
+                    _PARTITION_PAIRS[partition],
+                    (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+                    (HEADER_ORIGIN_BORN_MS, b"%d" % born),
+                    *failed,
+                    *last[3],
+                ]
+            return last[2], body, key, out, None
+        assert isinstance(hdr, tuple)  # decoded headers (typing: not the id's bytes)
+        if hdr.errors:
+            return None
         msg_id = hdr.msg_id.encode()
         origin = hdr.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)
         raw = hdr.raw
@@ -398,13 +435,11 @@ class RetryCopier:
             out += hop
             if born is not None and HEADER_ORIGIN_BORN_MS not in user:
                 out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
-        else:  # a plain record's first failure: no user headers
+        else:  # no user headers
             out = list(hop)
             if born is not None:
                 out.append((HEADER_ORIGIN_BORN_MS, b"%d" % born))
-        if failure is not None:
-            failed = _last_failure
-            out += failed[1] if failed[0] is failure else _failure_pairs(failure)
+        out += failed
         out += last[3]
         return last[2], body, key, out, None
 

@@ -405,8 +405,14 @@ class MessageExt:
         """What the concurrent engine reads of a failed message, in one call: its
         ``reconsume_times``, ``max_reconsume_times``, offset and body size (read one by
         one they are four calls or more, for every failed message)."""
-        hdr = self._hdr or self._decoded()
         rec = self._rec
+        hdr = self._hdr
+        if hdr is None:
+            if self._retry is None and not rec.headers():
+                # a plain record's first failure: nothing to decode (and nothing decoded
+                # for it yet: its copy is built without it too, see ``copy_fields``)
+                return 0, None, rec.offset(), len(rec.value() or b"")
+            hdr = self._decoded()
         raw = hdr.properties.get(PROPERTY_MAX_RECONSUME_TIMES)
         limit = None if raw is None else _max_reconsume(raw)
         return hdr.reconsume_times, limit, rec.offset(), len(rec.value() or b"")
@@ -429,6 +435,31 @@ class MessageExt:
         if isinstance(key, str):
             key = key.encode()
         return hdr, topic, rec.partition(), rec.offset(), born, key, rec.value() or b""
+
+    def copy_fields(
+        self,
+    ) -> tuple[_Decoded | bytes, str, int, int, int | None, bytes | None, bytes]:
+        """:meth:`hop_fields`, except that a plain record's first delivery (no headers,
+        not from a retry topic: its headers say nothing, its id is its position) gives its
+        message id, encoded, instead of the decoded headers: the retry copier's read,
+        for the failure path's most common message, which is then never decoded."""
+        rec = self._rec
+        if self._hdr is None and self._retry is None and not rec.headers():
+            partition, offset = rec.partition(), rec.offset()
+            kind, value = rec.timestamp()
+            key = rec.key()
+            if isinstance(key, str):
+                key = key.encode()
+            return (
+                f"{rec.topic()}:{partition}:{offset}".encode(),  # ``msg_id``, as decoded
+                self._topic,
+                partition,
+                offset,
+                value if kind == _TS_CREATE else None,
+                key,
+                rec.value() or b"",
+            )
+        return self.hop_fields()
 
     def get_property(self, name: str) -> str | None:
         return self.properties.get(name)

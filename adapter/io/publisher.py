@@ -6,7 +6,8 @@ broker verdict to the client as ``on_result(token, error, local)``: ``error`` is
 when the broker acknowledged the record; ``local`` is true when the client refused it
 before sending (so the verdict is about this record alone).  A client that passes
 ``on_delivered`` gets librdkafka's delivery reports as ``on_delivered(token, error, msg)``
-instead (``on_result`` then only hears of records refused before sending).  Delivery
+instead (``on_result`` then only hears of records refused before sending), and one that
+passes ``on_served`` is called after every ``poll`` and ``flush``.  Delivery
 reports run on the thread that calls :meth:`poll` or :meth:`flush` (the client's loop
 thread), never on a librdkafka thread.
 
@@ -60,6 +61,7 @@ class Publisher:
         transactional_id: str | None = None,
         producer_factory: ProducerFactory = KafkaProducer,
         on_delivered: DeliveryCallback | None = None,
+        on_served: Callable[[], None] | None = None,
     ) -> None:
         conf = producer_config(config)
         if errors is not None:
@@ -82,6 +84,9 @@ class Publisher:
         #: the delivery callback of each record is this bound to its token (a partial, made
         #: in C: no Python frame between librdkafka and the client), else a closure
         self._on_delivered = on_delivered
+        #: called after every :meth:`poll` and :meth:`flush` (the verdicts they served are
+        #: all in: a client may settle them together)
+        self._on_served = on_served
         self._factory = producer_factory
         self._producer: Any = None
         self._alone: Any = None
@@ -146,12 +151,24 @@ class Publisher:
         except KafkaException as exc:  # refused before sending: about this record alone
             on_result(token, exc.args[0] if exc.args else exc, True)
 
+    def batching(self) -> Callable[..., None]:
+        """The batching producer's ``produce``, for a caller that sends many records in a
+        row without a call of :meth:`send` per record (the consumer's failure path sends
+        one per failed message): it produces ``produce(topic, value, key, ANY_PARTITION,
+        callback, None, 0, headers)`` itself, with a delivery callback of its own, and
+        hands a record whose ``produce`` raised to :meth:`send`, which deals with it
+        (serves delivery reports for room, or reports the refusal).  Taken again for every
+        run of records: a replaced producer is never used."""
+        return self.producer.produce  # type: ignore[no-any-return]
+
     def poll(self, timeout: float = 0.0) -> None:
         """Serve delivery reports (they run on this thread)."""
         if self._producer is not None:
             self._producer.poll(timeout)
         if self._alone is not None:
             self._alone.poll(0)
+        if self._on_served is not None:
+            self._on_served()
 
     def in_flight(self) -> int:
         """Records handed to librdkafka and not yet acknowledged or refused."""
@@ -165,6 +182,8 @@ class Publisher:
             left += int(self._alone.flush(timeout))
         if self._producer is not None:
             left += int(self._producer.flush(timeout))
+        if self._on_served is not None:
+            self._on_served()
         return left
 
     def close(self, timeout: float = 30.0) -> int:

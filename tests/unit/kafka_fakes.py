@@ -182,6 +182,8 @@ class FakeProducer:
         self.pending: list[Produced] = []
         #: the verdict ``poll`` delivers for each pending record (``None``: acknowledged)
         self.verdict: Any = None
+        #: when set, the verdict of each record instead (``verdict_of(record)``)
+        self.verdict_of: Callable[[Produced], Any] | None = None
         #: raised by the next ``produce`` calls, in turn
         self.refuse: list[BaseException] = []
         self.polls = 0
@@ -207,8 +209,9 @@ class FakeProducer:
     def poll(self, timeout: float = -1) -> int:
         self.polls += 1
         pending, self.pending = self.pending, []
+        judge = self.verdict_of
         for rec in pending:
-            rec.on_delivery(self.verdict, None)
+            rec.on_delivery(self.verdict if judge is None else judge(rec), None)
         return len(pending)
 
     def flush(self, timeout: float = -1) -> int:

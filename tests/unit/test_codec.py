@@ -1048,3 +1048,33 @@ def test_the_fused_retry_copy_keeps_a_keyword_messages_origin() -> None:
 def test_an_unknown_level_is_left_to_the_general_path() -> None:
     assert _copier().copy(record(), LEVELS.max_level + 1, 5, None) is None
     assert _copier().copy(record(), 0, 5, None) is None
+
+
+@pytest.mark.parametrize("timestamp", [(0, 0), (1, 1_700_000_000_123), (2, 1_700_000_000_456)])
+@pytest.mark.parametrize("key", [None, b"k", "text-key"])
+@pytest.mark.parametrize("failure", [None, Failure("NotAcknowledged", "x")])
+def test_the_fused_copy_of_a_plain_record_is_the_general_one(
+    timestamp: tuple[int, int], key: bytes | str | None, failure: Failure | None
+) -> None:
+    """A record without headers, read from a topic that is not a retry topic, is copied
+    without decoding it (its id is its position): with any timestamp type (create time
+    keeps the born time, log-append time and none do not), with or without a key, with or
+    without a failure, the copy is the general one; and the message reads the same after."""
+    from confluent_kafka import Message as KafkaMessage
+
+    from adapter.io.records import TopicNames
+
+    def view() -> MessageExt:
+        kmsg = KafkaMessage(
+            topic="orders", partition=1, offset=5, value=b"v", key=key, timestamp=timestamp
+        )
+        return TopicNames(GROUP).view(kmsg)
+
+    topics = hops.GroupTopics(GROUP, LEVELS)
+    dest = RetryLater(2, LEVELS.delay_ms(2), 0)
+    msg = view()
+    assert msg.retry_fields() == (0, None, 5, 1)
+    got = hops.retry_copier(topics).copy(msg, 2, 10_000 + dest.delay_ms, failure)
+    assert got == tuple(hops.send_back(view(), dest, topics, now_ms=10_000, failure=failure))
+    assert got is not None and as_dict(got[3])[PROPERTY_UNIQ_KEY] == b"orders:1:5"
+    assert (msg.msg_id, msg.reconsume_times, msg.raw_headers) == ("orders:1:5", 0, ())

@@ -27,6 +27,7 @@ from adapter.core.engine import (
     StoreOffsets,
     Work,
 )
+from adapter.core.engine.actions import TraceInfo
 from adapter.core.engine.concurrent import COPY_ALLOWANCE
 from adapter.core.listener import ConsumeConcurrentlyContext, MessageQueue, Outcome, judge
 from adapter.core.offsets import FlowLimits
@@ -133,6 +134,24 @@ class TestAckIndex:
         assert stored(eng.tick(0.0)) == {}  # 102 still unsettled
         eng.published(backs[0])
         assert stored(eng.tick(0.0)) == {TP: 104}
+
+    def test_a_copy_carries_where_its_message_was_and_settles_by_what_it_carries(
+        self,
+    ) -> None:
+        """The copy knows its message's offset and size, and where it was in its listener
+        batch (for its trace); its acknowledgement settles exactly that message's count
+        and bytes."""
+        eng = engine(batch_size=4, flow=FlowLimits(max_count=1000, max_bytes=10**6))
+        work = eng.fetched(TP, msgs(100, 6, body=b"y" * 7), end=106)
+        assert work is not None
+        acts = eng.settle_run(work, [(1, outcome(OK, 2, ack_index=0), 0.25)], 0.0)
+        [copy] = of(SendBack, acts)
+        assert (copy.msg.queue_offset, copy.offset, copy.nbytes) == (105, 105, 7)
+        assert copy.trace_info == TraceInfo(batch_size=2, batch_index=1, ack_index=0, rt_ms=250.0)
+        assert eng.in_flight(TP) == 1
+        eng.published(copy)
+        assert eng.in_flight(TP) == 0
+        assert stored(eng.tick(0.0)) == {TP: 106}
 
     @pytest.mark.parametrize(
         ("ack_index", "failed"),

@@ -215,6 +215,26 @@ def test_an_acknowledged_send_back_settles_the_offset_and_is_counted() -> None:
     assert m.consumer.commits[-1] == {(TOPIC, 0): 2}  # the failed one is settled by its copy
 
 
+def test_copies_acknowledged_in_one_poll_settle_together_beside_a_refused_one() -> None:
+    """The verdicts one poll serves: the acknowledged copies settle (offsets, counters)
+    before anything reads them, the refused one among them holds its offset."""
+    m = _opened(fail={b"bad-0", b"bad-1", b"bad-3"})
+    m.consumer.queue += [record(TOPIC, 0, i, b"bad-%d" % i) for i in range(4)]
+    m.consumer.queue += [record(TOPIC, 0, 4, b"ok")]
+    no_replicas = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "not enough replicas")
+    m.producer.verdict_of = lambda rec: no_replicas if rec.value == b"bad-1" else None
+    m.group.step()  # fetched, run, copies produced, their three verdicts in one poll
+    assert [p.value for p in m.producer.produced] == [b"bad-0", b"bad-1", b"bad-3"]
+    stats = m.group.stats
+    assert stats.send_backs == {(TOPIC, 3): 2}
+    st = stats.snapshot()[TOPIC]
+    assert (st.sent_back, st.send_back_failed, st.local_retries) == (2, 1, 1)
+    assert m.group.engine.committable((TOPIC, 0)) == 1  # held by the refused copy of 1
+    m.steps()
+    stored = [s[(TOPIC, 0)] for s in m.consumer.stored if (TOPIC, 0) in s]
+    assert stored and all(o <= 1 for o in stored)
+
+
 def test_a_refused_send_back_holds_the_offset_and_counts_a_local_retry() -> None:
     m = _opened(fail={b"bad"})
     m.producer.verdict = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "not enough replicas")

@@ -119,3 +119,37 @@ def test_with_on_delivered_the_delivery_reports_go_there_and_local_refusals_to_o
     ]
     [(token, err, local)] = results
     assert (token, err.code(), local) == ("refused before sending", KafkaError._UNKNOWN_TOPIC, True)
+
+
+def test_on_served_follows_every_poll_and_flush_once_their_verdicts_are_in() -> None:
+    """A client that settles the verdicts of a poll together is told when they are all
+    in: after each poll and flush, with the reports they served already delivered."""
+    delivered: list[Any] = []
+    served: list[int] = []
+    publisher, _, _ = _publisher(
+        on_delivered=lambda token, err, _msg: delivered.append(token),
+        on_served=lambda: served.append(len(delivered)),
+    )
+    publisher.send(RECORD, "a")
+    publisher.send(RECORD, "b")
+    publisher.poll(0)
+    assert served == [2]
+    publisher.send(RECORD, "c")
+    publisher.flush(1.0)
+    assert served == [2, 3]
+
+
+def test_batching_is_the_producers_produce() -> None:
+    """What a caller that produces many records inline uses: the records it produces
+    with it get their verdicts on the caller's own callbacks, on poll."""
+    delivered: list[tuple[Any, Any]] = []
+    publisher, producers, _ = _publisher(on_delivered=lambda *_: None)
+    produce = publisher.batching()
+    produce(
+        "dest", b"v", None, -1, lambda *report: delivered.append(report), None, 0, [("h", b"1")]
+    )
+    [producer] = producers.made
+    assert [(p.topic, p.headers) for p in producer.produced] == [("dest", [("h", b"1")])]
+    assert delivered == []
+    publisher.poll(0)
+    assert delivered == [(None, None)]

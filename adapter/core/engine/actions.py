@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels
@@ -41,12 +41,30 @@ class TraceInfo(NamedTuple):
     rt_ms: float | None
 
 
+class Verdicts(Protocol):
+    """Who hears the verdicts on copies that are their own delivery callbacks (see
+    :meth:`SendBack.__call__`)."""
+
+    #: copies acknowledged since they were last settled (replaced, never kept)
+    acked: list[SendBack]
+
+    def refused(self, action: SendBack, err: Any, local: bool) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class SendBack:
     """Produce a copy of ``msg`` to ``dest`` (a retry level or the DLQ) and report the
     broker's answer with ``published`` / ``publish_failed``.  Until then ``msg``'s offset
     stays in flight.  ``alone``: in a record batch of its own; ``omit_body``: a dead-letter
-    copy without its body."""
+    copy without its body.
+
+    One is made per failed message and lives until the broker's verdict, so it carries
+    what the verdict and the trace need itself instead of objects of its own: ``offset``
+    and ``nbytes`` (the message's offset and body size, read by the engine when it routed
+    the message: ``-1`` when not given, then read from ``msg``), and where the message
+    was in its listener batch either as ``info`` or, from the concurrent engine, as
+    ``batch`` (``(batch_size, ack_index, rt_ms)``, shared by the batch's copies) and
+    ``index`` (see :attr:`trace_info`)."""
 
     tp: TP
     generation: int
@@ -57,6 +75,32 @@ class SendBack:
     info: TraceInfo | None = None
     alone: bool = False
     omit_body: bool = False
+    offset: int = -1
+    nbytes: int = -1
+    batch: tuple[int, int | None, float | None] | None = None
+    index: int = 0
+    #: who hears the broker's verdict when the copy is its own delivery callback
+    verdicts: Verdicts | None = None
+
+    def __call__(self, err: Any, _msg: Any = None) -> None:
+        """The producer's delivery report on this copy, when it was produced with the copy
+        itself as its callback (no object made per copy for it, on the failure path):
+        acknowledged, it joins ``verdicts.acked`` (settled together after the poll);
+        refused, ``verdicts.refused`` decides what follows."""
+        verdicts = self.verdicts
+        assert verdicts is not None, "a SendBack called back without verdicts"
+        if err is None:
+            verdicts.acked.append(self)
+        else:
+            verdicts.refused(self, err, False)
+
+    @property
+    def trace_info(self) -> TraceInfo | None:
+        """Where the message was in its listener batch (made when a trace asks)."""
+        batch = self.batch
+        if batch is None:
+            return self.info
+        return TraceInfo(batch[0], self.index, batch[1], batch[2])
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,8 +62,6 @@ from adapter.core.routing import DeadLetter, DeadLetterReason, Destination, rout
 from adapter.core.types import TP
 
 _NO_ACTIONS: list[Action] = []  # returned when nothing is to be done (never mutated)
-#: a named tuple made without its generated ``__new__`` (a Python frame per failed message)
-new_tuple: Any = tuple.__new__
 
 #: Destinations remembered at most (see ``ConcurrentEngine._routes``).
 _ROUTES_MAX = 1024
@@ -239,6 +237,9 @@ class ConcurrentEngine:
         # the failed messages of a batch mostly share their counts: the last destination
         # is taken again without a look-up
         last_times, last_limit, dest = -1, None, None
+        # where the batch's copies were, for their traces: one tuple for all of them (a
+        # copy carries its index beside it: no object of its own per copy)
+        where = (size, ack_index, rt_ms)
         for i in outcome.failed:
             msg = batch[i]
             times, limit, offset, nbytes = msg.retry_fields()  # one call, not four
@@ -255,8 +256,12 @@ class ConcurrentEngine:
                         levels=opts.levels,
                         message_max_reconsume_times=limit,
                     )
-            info = new_tuple(TraceInfo, (size, i, ack_index, rt_ms))  # TraceInfo(...)
-            action = SendBack(tp, generation, home, msg, dest, failure, info)
+            # SendBack(tp, generation, home, msg, dest, failure, offset=, nbytes=, batch=,
+            # index=), positional: the failure path's one object per copy
+            action = SendBack(
+                tp, generation, home, msg, dest, failure, None, False, False, offset, nbytes,
+                where, i,
+            )  # fmt: skip
             if offset not in pending:
                 added += nbytes
             pending[offset] = action  # Work.hold, inline: one per failed message
@@ -299,13 +304,38 @@ class ConcurrentEngine:
         if part is None or part.generation != action.generation:
             return
         pending = action.work.pending
-        msg = action.msg
-        offset = msg.queue_offset
+        offset = action.offset  # carried by the copy: the message is not read here
+        if offset < 0:
+            offset = action.msg.queue_offset
         if pending is not None and pending.get(offset) is action:
             del pending[offset]
             part.count -= 1
-            part.nbytes -= len(msg.body)
+            nbytes = action.nbytes
+            part.nbytes -= nbytes if nbytes >= 0 else len(action.msg.body)
             self._dirty.add(part.tp)
+
+    def published_all(self, actions: Sequence[SendBack]) -> None:
+        """:meth:`published` for each of ``actions`` (the copies one poll of the producer
+        saw acknowledged), in one call: the failure path's verdicts come in runs."""
+        parts, dirty = self._parts, self._dirty
+        tp: TP | None = None
+        part: PartitionState | None = None
+        for action in actions:
+            if action.tp is not tp:  # a run's copies share their partition's key
+                tp = action.tp
+                part = parts.get(tp)
+            if part is None or part.generation != action.generation:
+                continue
+            pending = action.work.pending
+            offset = action.offset
+            if offset < 0:
+                offset = action.msg.queue_offset
+            if pending is not None and pending.get(offset) is action:
+                del pending[offset]
+                part.count -= 1
+                nbytes = action.nbytes
+                part.nbytes -= nbytes if nbytes >= 0 else len(action.msg.body)
+                dirty.add(tp)
 
     def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
         """The broker refused ``action``'s copy (``refusal`` says how): the next step."""
