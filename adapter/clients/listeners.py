@@ -238,7 +238,7 @@ class ConcurrentRunner:
         self, work: Work, indices: range, failed_at: dict[int, Outcome | None], rt_s: float
     ) -> None:
         group = self._group
-        if not failed_at:  # every batch succeeded: whole ones in one hand-over
+        if not failed_at and work.origin is None:  # all fetched ones succeeded: one hand-over
             msgs, size = work.msgs, work.size
             lo, hi = indices.start * size, min(indices.stop * size, len(msgs))
             whole = lo + (hi - lo) // size * size

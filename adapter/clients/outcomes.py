@@ -161,7 +161,8 @@ class ConsumerTracer:
         message of ``msgs`` succeeded; they were started together) to the sink: to a
         deferring sink as one :data:`~adapter.core.trace.PendingBatches` for all of them
         (one hand-over per fetched run, whatever the batch size).  ``msgs`` must be a
-        list nobody changes afterwards."""
+        list nobody changes afterwards, of messages as fetched: never a local redelivery
+        (the sink reads their records without looking; ``emit_successes`` checks)."""
         if not msgs:
             return
         if self._defer is None:

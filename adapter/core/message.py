@@ -34,6 +34,7 @@ __all__ = [
     "MessageExt",
     "RawHeader",
     "Record",
+    "fetched_records",
     "plain_records",
     "split_fetch",
     "start_consuming",
@@ -549,6 +550,14 @@ def plain_records(msgs: Sequence[MessageExt]) -> list[Record] | None:
             if hdr is not None and hdr.reconsume_times:
                 return None
     return list(map(_REC, msgs))
+
+
+def fetched_records(msgs: Sequence[MessageExt]) -> list[Record]:
+    """The Kafka records under views of one fetch as it came (none a local redelivery:
+    :func:`plain_records` is the checked read), in one C pass: what a trace sink reads
+    per fetched run on the consume path.  (A comprehension: its slot reads are specialised,
+    cheaper than ``map`` with an ``attrgetter``.)"""
+    return [msg._rec for msg in msgs]
 
 
 def start_consuming(

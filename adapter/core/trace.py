@@ -28,6 +28,7 @@ What here keeps tracing off the consumer's hot path:
 
 from __future__ import annotations
 
+import struct
 import sys
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -253,6 +254,9 @@ RUN_FIELDS = (
 #: the ASCII record separator (a run is not made of records whose values contain it).
 SEPARATOR = "\x1e"
 
+#: Packers a :class:`RunBuilder` keeps (one per batch length seen).
+_MAX_PACKERS = 64
+
 #: The run key's last element when a run's records carry none of the headers a run can
 #: hold as columns (which of ``msg_ids``, ``tags``, ``keys`` it has).
 NO_TEXT: tuple[bool, bool, bool] = (False, False, False)
@@ -266,12 +270,13 @@ class RunBuilder:
     consecutive offsets, and the run stays within ``max_events``; otherwise the open run
     is closed (returned as its record's fields) and the batch opens the next one.
 
-    One instance per sink thread; no clock, no I/O.  The per-event columns stay lists of
-    ints until the run closes, then each is one ``join`` (C code, no Python frame per
-    event)."""
+    One instance per sink thread; no clock, no I/O.  The per-event columns stay parts
+    (a batch's timestamps packed in one ``struct`` call, its text values) until the run
+    closes, then each is one ``join`` (C code, no Python frame per event)."""
 
     __slots__ = (
-        "_count", "_first", "_full", "_indices", "_key", "_max", "_offsets", "_text", "_ts"
+        "_count", "_first", "_full", "_indices", "_key", "_max", "_offsets", "_packers",
+        "_text", "_ts",
     )  # fmt: skip
 
     def __init__(self, max_events: int) -> None:
@@ -284,7 +289,11 @@ class RunBuilder:
         self._full = False  # whole batches, consecutive offsets: the run may grow
         self._offsets: Sequence[int] | None = None
         self._indices: Sequence[int] | None = None
-        self._ts = array("q")
+        #: the timestamps column, packed per batch (big-endian int64s, joined on close)
+        self._ts: list[bytes] = []
+        #: ``struct.Struct`` packers by value count: one C call packs a batch's timestamps
+        #: (``array.extend`` converts a tuple item by item through the generic iterable path)
+        self._packers: dict[int, Callable[..., bytes]] = {}
         #: the text columns' parts (one list per column, one part per batch), or ``None``
         self._text: tuple[list[str], ...] | None = None
 
@@ -317,7 +326,7 @@ class RunBuilder:
             and self._count + count <= self._max
         ):
             self._count += count
-            self._ts.extend(timestamps)
+            self._ts.append(self._pack(timestamps))
             parts = self._text
             if parts is not None and text is not None:
                 for part, value in zip(parts, text, strict=True):
@@ -331,7 +340,7 @@ class RunBuilder:
         self._full = full
         self._offsets = offsets
         self._indices = indices
-        self._ts = array("q", timestamps)
+        self._ts = [self._pack(timestamps)]
         self._text = None if text is None else tuple([] if v is None else [v] for v in text)
         return closed
 
@@ -359,16 +368,18 @@ class RunBuilder:
             now_ms, "consumer", group, topic, kafka_topic, partition, TraceStatus.SUCCESS.value,
             self._count, self._first, "" if offsets is None else ",".join(map(str, offsets)),
             size, "" if indices is None else ",".join(map(str, indices)), ack, rt_ms, started,
-            ts_type, _int64s(self._ts) if ts_type != TS_NONE else b"", msg_ids, tags, keys,
+            ts_type, b"".join(self._ts) if ts_type != TS_NONE else b"", msg_ids, tags, keys,
         )  # fmt: skip
 
-
-def _int64s(values: array[int]) -> bytes:
-    """Big-endian int64s, 8 bytes each (one C pass: no Python code per value)."""
-    if _LITTLE:
-        values = array("q", values)
-        values.byteswap()
-    return values.tobytes()
+    def _pack(self, values: Sequence[int]) -> bytes:
+        """``values`` as big-endian int64s, 8 bytes each (one C call)."""
+        n = len(values)
+        pack = self._packers.get(n)
+        if pack is None:
+            if len(self._packers) >= _MAX_PACKERS:
+                self._packers.clear()
+            pack = self._packers[n] = struct.Struct(f">{n}q").pack
+        return pack(*values)
 
 
 def _from_int64s(data: bytes) -> array[int]:

@@ -56,7 +56,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from itertools import chain, repeat
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Final
 
@@ -72,7 +72,7 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
-from adapter.core.message import plain_records
+from adapter.core.message import fetched_records, plain_records
 from adapter.core.trace import (
     BATCHES,
     NO_TEXT,
@@ -195,6 +195,10 @@ COLUMNS: Final[Any] = object()
 Columns = tuple[Any, tuple[Any, ...], int, int, "list[int] | None", "list[int] | None", Any, Any]
 
 
+#: The columns of no event.
+_NO_COLUMNS: Final[Columns] = (COLUMNS, (), 0, 0, None, None, (), None)
+
+
 def add_batch_run(
     builder: RunBuilder, item: PendingRun | PendingBatches | Columns
 ) -> tuple[Any, ...] | bool | None:
@@ -214,40 +218,48 @@ def batch_columns(item: PendingRun | PendingBatches) -> Columns | None:
     """The columns of the successes of one listener batch (a
     :data:`~adapter.core.trace.PendingRun`), or of consecutive whole batches (a
     :data:`~adapter.core.trace.PendingBatches`), when every event follows from its record
-    alone (:func:`~adapter.core.message.plain_records`, one timestamp type, one
-    partition, and no headers or only headers a run holds as columns:
-    :func:`text_columns`); ``None`` when they cannot be a run.
+    alone (no local redelivery: :func:`~adapter.core.message.plain_records` for a batch;
+    whole batches are a fetched run's messages as fetched,
+    :func:`~adapter.core.message.fetched_records`; one timestamp type, one partition,
+    and no headers or only headers a run holds as columns: :func:`text_columns`);
+    ``None`` when they cannot be a run.
 
-    Every per-record step is C code over the whole batch (``map``, ``any``, ``zip``), so
-    it costs far less per event than deriving and encoding each event."""
-    if item[0] is BATCHES:
+    Every per-record step is C code over the whole batch (``map``, ``any``, ``zip``, a
+    comprehension of slot reads), so it costs far less per event than deriving and
+    encoding each event."""
+    if item[0] is BATCHES:  # a fetched run's views as fetched: no local redelivery
         _, group, now_ms, msgs, size, rt_ms, started = item  # type: ignore[misc]
-        return _columns(group, now_ms, msgs, size, None, None, rt_ms, started)
+        if not msgs:
+            return _NO_COLUMNS
+        records = fetched_records(msgs)
+        return _columns(group, now_ms, msgs, records, size, None, None, rt_ms, started)
     _, group, now_ms, batch, indices, ack_index, rt_ms, started = item  # type: ignore[misc]
     size = len(batch)
-    if len(indices) == size:  # ``indices`` are distinct positions in order: all of them
-        return _columns(group, now_ms, batch, size, None, ack_index, rt_ms, started)
-    ok = list(indices)
-    msgs = [batch[i] for i in ok]
-    return _columns(group, now_ms, msgs, size, ok, ack_index, rt_ms, started)
+    ok: list[int] | None = None
+    msgs = batch
+    if len(indices) != size:  # ``indices`` are distinct positions in order: not all
+        ok = list(indices)
+        msgs = [batch[i] for i in ok]
+    if not msgs:
+        return _NO_COLUMNS
+    plain = plain_records(msgs)
+    if plain is None:
+        return None
+    return _columns(group, now_ms, msgs, plain, size, ok, ack_index, rt_ms, started)
 
 
 def _columns(  # noqa: PLR0917 - one call per hand-over, positional is cheapest
     group: str,
     now_ms: int,
     msgs: list[Any],
+    records: list[Any],
     size: int,
     indices: list[int] | None,
     ack_index: int | None,
     rt_ms: float | None,
     started: int | None,
 ) -> Columns | None:
-    n = len(msgs)
-    if not n:
-        return (COLUMNS, (), 0, 0, None, None, (), None)
-    records = plain_records(msgs)
-    if records is None:
-        return None
+    n = len(records)
     head = records[0]
     text: tuple[str | None, str | None, str | None] | None = None
     has = NO_TEXT
@@ -306,15 +318,17 @@ def text_columns(records: list[Any]) -> tuple[str | None, str | None, str | None
         and any(value for name, value in head if name in _OFF_RUN)
     ):  # the first record's events cannot be a run (retried messages): refused at once
         return None
-    try:
-        flat = list(chain.from_iterable(lists))  # every (name, value), record after record
+    n = len(lists)
+    try:  # position j of every record's header list: one tuple per position
+        columns = list(zip(*lists, strict=True))
     except TypeError:  # a record without headers among them
         return None
-    n = len(lists)
-    layout = tuple(map(_NAME, lists[0]))
-    width = len(layout)
-    if len(flat) != width * n or tuple(map(_NAME, flat)) != layout * n:
+    except ValueError:  # not as many headers on every record
         return _text_by_name(lists, n)
+    layout = tuple(map(_NAME, head))
+    for name, column in zip(layout, columns, strict=True):
+        if list(map(_NAME, column)).count(name) != n:
+            return _text_by_name(lists, n)
     where = {name: j for j, name in enumerate(layout)}  # the last of a repeated name
     if not _OFF_RUN.isdisjoint(where):
         return _text_by_name(lists, n)  # (an empty one reads as absent: may still be a run)
@@ -324,10 +338,8 @@ def text_columns(records: list[Any]) -> tuple[str | None, str | None, str | None
         if j is None:
             out.append(None)
             continue
-        column = list(map(_VALUE, flat[j::width]))
-        if None in column:  # a null value reads as absent: some records have it, some not
-            return None
-        text = _joined(column, n, name)
+        # a null value reads as absent (some records have it, some not): not joined
+        text = _joined(list(map(_VALUE, columns[j])), n, name)
         if text is None:
             return None
         out.append(text)
@@ -355,11 +367,14 @@ def _text_by_name(lists: list[Any], n: int) -> tuple[str | None, str | None, str
 
 
 def _joined(values: Sequence[bytes], n: int, name: str) -> str | None:
-    """One text column: ``n`` header values (none null) joined, or ``None`` when they
-    cannot be (an empty ``UNIQ_KEY``, a value that holds the separator, not UTF-8)."""
-    if name == PROPERTY_UNIQ_KEY and b"" in values:
-        return None  # the event's id is derived from the record
-    joined = _SEP.join(values)
+    """One text column: ``n`` header values joined, or ``None`` when they cannot be (a
+    null one, an empty ``UNIQ_KEY``, a value that holds the separator, not UTF-8)."""
+    if name == PROPERTY_UNIQ_KEY and not all(values):
+        return None  # an empty one: the event's id is derived from the record
+    try:
+        joined = _SEP.join(values)
+    except TypeError:  # a null value
+        return None
     if joined.count(_SEP) != n - 1:
         return None
     try:

@@ -405,3 +405,65 @@ def test_a_text_column_of_the_wrong_length_is_refused() -> None:
     fields = dict(zip(RUN_FIELDS, closed[0], strict=True))
     with pytest.raises(InvalidInputError):
         expand_run({**fields, "keys": "only-one"})
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        [("UNIQ_KEY", b"U1"), ("TAGS", None)],  # a null value where the first has one
+        [("UNIQ_KEY", b""), ("TAGS", b"t")],  # an empty id where the first has one
+    ],
+)
+def test_a_null_value_or_an_empty_id_in_the_same_layout_is_traced_per_event(
+    second: list[tuple[str, bytes | None]],
+) -> None:
+    headers: dict[int, Any] = {0: [("UNIQ_KEY", b"U0"), ("TAGS", b"t")], 1: second}
+    runs = [_run(_records(2, headers=headers))]
+    closed, single = _as_runs(runs)
+    assert not closed and single
+    assert sorted(_decoded(closed, single), key=_key) == sorted(_one_by_one(runs), key=_key)
+
+
+def test_records_with_more_headers_than_others_still_make_a_run_by_name() -> None:
+    headers: dict[int, Any] = {
+        0: [("UNIQ_KEY", b"U0"), ("TAGS", b"a")],
+        1: [("X-APP", b"1"), ("UNIQ_KEY", b"U1"), ("TAGS", b"b")],
+        2: [("TAGS", b"c"), ("UNIQ_KEY", b"U2")],  # same names, another order
+    }
+    runs = [_run(_records(3, headers=headers))]
+    closed, single = _as_runs(runs)
+    assert not single and len(closed) == 1
+    fields = dict(zip(RUN_FIELDS, closed[0], strict=True))
+    assert (fields["msg_ids"], fields["tags"]) == ("U0\x1eU1\x1eU2", "a\x1eb\x1ec")
+    assert _decoded(closed, single) == _one_by_one(runs)
+
+
+def test_timestamps_of_batches_of_many_lengths_read_back_in_order() -> None:
+    """The builder packs each batch's timestamps in one call, with a packer per batch
+    length (a bounded set of them): batches of 80 different lengths, one run each."""
+    builder = RunBuilder(10_000)
+    key = ("g", BASE, "orders", "k-orders", 0, 0, None, 1.0, BASE, TS_CREATE, (False,) * 3)
+    offset, closed = 0, []
+    for n in range(1, 81):
+        stamps = [BASE + offset + i for i in range(n)]
+        done = builder.add((*key[:5], n, *key[6:]), offset, n, None, None, stamps)
+        if done is not None:
+            closed.append(done)
+        offset += n
+    last = builder.close()
+    assert last is not None
+    closed.append(last)
+    events = [e for run in closed for e in expand_run(dict(zip(RUN_FIELDS, run, strict=True)))]
+    assert [e["store_timestamp_ms"] for e in events] == [BASE + i for i in range(offset)]
+    assert [e["offset"] for e in events] == list(range(offset))
+
+
+def test_a_local_redelivery_is_not_handed_over_as_fetched_batches() -> None:
+    """Whole batches are read without looking for local redeliveries (a fetched run has
+    none); a redelivered message comes in a batch of its own and is checked."""
+    records = _records(1)
+    again = view_of(records[0], "orders", False, [BASE + 4_000]).redelivered()
+    retry = (RUN, "g", BASE + 5_000, [again], range(1), None, 1.5, BASE + 4_000)
+    closed, single = _as_runs([retry])
+    assert not closed and single == [retry]
+    assert [e["reconsume_times"] for e in _decoded(closed, single)] == [1]
