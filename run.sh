@@ -58,10 +58,11 @@ case "$cmd" in
     workers=${RMQ_TEST_WORKERS:-4}
     echo "==> pytest (unit + integration, $workers workers; RMQ_TEST_WORKERS=0 runs in one process) and mypy"
     rc=0
+    # the slowest tests are listed at the end: where the suite's ten minutes go
     if [ "$workers" = 0 ]; then
-      "$VENV/bin/python" -m pytest "$@" || rc=$?
+      "$VENV/bin/python" -m pytest --durations=20 "$@" || rc=$?
     else
-      "$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup "$@" || rc=$?
+      "$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup --durations=20 "$@" || rc=$?
     fi
     echo "==> mypy"
     if ! wait "$mypy_pid"; then rc=1; fi
