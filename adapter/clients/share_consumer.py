@@ -180,6 +180,9 @@ class ShareSimpleConsumer(SimpleConsumer):
         self._polling = False
         self._last_sent = 0.0
         self._resubscribe = False
+        #: the last invisible duration given to ``receive``, the lock it was checked
+        #: against, and its value in seconds
+        self._last_receive_hold: tuple[object, float, float] = (None, 0.0, 0.0)
         self._closed = False
         self._started = False
         self._error: BaseException | None = None
@@ -353,14 +356,22 @@ class ShareSimpleConsumer(SimpleConsumer):
         Waits up to ``await_duration`` for the first message; while messages of this
         consumer's previous poll are held, it waits for them to be settled first."""
         n = receive_count(max_message_num)
-        self._require_running()
+        if not self._started or self._closed or self._error is not None:
+            self._require_running()
         lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
-        invisible_s = seconds_of(
-            "invisible_duration",
-            invisible_duration,
-            minimum=MIN_RECEIVE_INVISIBLE_S,
-            maximum=max(MIN_RECEIVE_INVISIBLE_S, max_receive_invisible(lock_s)),
-        )
+        last, last_lock_s, invisible_s = self._last_receive_hold
+        if (
+            type(invisible_duration) is not type(last)
+            or invisible_duration != last
+            or lock_s != last_lock_s
+        ):
+            invisible_s = seconds_of(
+                "invisible_duration",
+                invisible_duration,
+                minimum=MIN_RECEIVE_INVISIBLE_S,
+                maximum=max(MIN_RECEIVE_INVISIBLE_S, max_receive_invisible(lock_s)),
+            )
+            self._last_receive_hold = (invisible_duration, lock_s, invisible_s)
         if not self._subs:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
         state = self._poll
@@ -371,7 +382,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             with self._lock:
                 self.check_alive()
                 now = clock()
-                state.expire(now)
+                state.expire_holds(now)  # the buffered records: ``take`` checks them
                 # the same bound as the classic backend (§4.13): held here and not settled
                 unacked = state.unacked
                 if unacked >= limit:

@@ -160,13 +160,13 @@ class PollState:
             v.owner = owner
             v.record = rec
             v.user_topic = sub[0]
-            v.msg = None
+            # ``msg`` and ``token`` stay unset (read with their defaults: no MessageExt
+            # yet, a delivery's first handle): two stores fewer per record
             v.count = count
             v.acquired_at = acquired_at
             v.state = _INVISIBLE
             v.deadline = deadline
             v.duration = invisible_s
-            v.token = 0  # a delivery's first handle (change_invisible_duration counts on)
             append(v)
         if out:
             self.holds.append(out)
@@ -197,6 +197,15 @@ class PollState:
     def expire(self, now: float) -> None:
         """Under the lock: end the holds whose invisible duration ran out, and the buffered
         records that could no longer be held for the shortest receive."""
+        self.expire_holds(now)
+        if self.buffer:
+            lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
+            if self.acquired_at < earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S):
+                self.expire_buffer()
+
+    def expire_holds(self, now: float) -> None:
+        """Under the lock: end the holds whose invisible duration ran out (a receive's
+        part of :meth:`expire`: :meth:`take` checks the buffered records itself)."""
         if now >= self.next_deadline:
             held = self.held()
             self.next_deadline = min(
@@ -206,10 +215,6 @@ class PollState:
                 if v.deadline <= now:
                     self.unhold(v)
                     self.expire_one(v)
-        if self.buffer:
-            lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
-            if self.acquired_at < earliest_acquisition(lock_s, now, MIN_RECEIVE_INVISIBLE_S):
-                self.expire_buffer()
 
     def drain(self) -> list[ShareMessageView]:
         """Under the lock: the buffered records (those to be handed out) as views, taken

@@ -55,7 +55,7 @@ class ShareMessageView(MessageView):
     def message(self) -> MessageExt:
         """The record's :class:`MessageExt`, made on first use (a receive that nobody
         reads costs no decoding)."""
-        msg = self.msg
+        msg: MessageExt | None = getattr(self, "msg", None)  # unset until first read
         if msg is None:
             msg = self.msg = view_of(self.record, self.user_topic, False, [None])
             for _ in range(self.count - 1):
@@ -76,7 +76,8 @@ class ShareMessageView(MessageView):
     def handle_text(self) -> str:
         rec = self.record
         return (
-            f"{self.owner}:{rec.topic()}:{rec.partition()}:{rec.offset()}:{self.count}:{self.token}"
+            f"{self.owner}:{rec.topic()}:{rec.partition()}:{rec.offset()}:{self.count}:"
+            f"{getattr(self, 'token', 0)}"  # unset: a delivery's first handle
         )
 
 

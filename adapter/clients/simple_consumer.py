@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
 from adapter.clients.simple_options import (
@@ -40,14 +40,13 @@ from adapter.clients.simple_options import (
     group_config,
 )
 from adapter.clients.simple_view import (
+    ClassicMessageView,
     FilterExpression,
     MessageView,
     PullFuture,
     handle_of,
-    replace_handle,
     settled,
     tag_filter_of,
-    views_of,
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
@@ -57,7 +56,6 @@ from adapter.core.engine.pull import (
     MIN_RECEIVE_INVISIBLE_S,
     PullEngine,
     PullOptions,
-    ReceiptHandle,
     receive_count,
     seconds_of,
 )
@@ -310,6 +308,7 @@ class _PullRunner:
         self._taken.set()
 
     def close(self) -> None:
+        self._consumer._stopped = True
         self._consumer._fail_waiting(ClientClosedError(f"{self._consumer.name} was shut down"))
 
 
@@ -372,7 +371,8 @@ class SimpleConsumer:
                     max_bytes=self.options.pull_threshold_size_for_queue * 1024 * 1024,
                     max_span=self.options.consume_concurrently_max_span,
                 ),
-            )
+            ),
+            handle_type=ClassicMessageView,
         )
         self._waiting: deque[_Waiting] = deque()
         self._runner = _PullRunner(self)
@@ -382,6 +382,11 @@ class SimpleConsumer:
         self._turns: MemberTurns | None = None
         #: until when receives read librdkafka themselves (see :class:`MemberTurns`)
         self._direct_until = 0.0
+        #: not started, shut down or closed after an error: ``ack`` and ``receive`` check
+        #: the loop only then (one attribute read on their common path)
+        self._stopped = True
+        #: the last invisible duration given to ``receive`` and its value in seconds
+        self._last_invisible: tuple[object, float] = (None, 0.0)
         self._resubscribe = False
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
@@ -457,6 +462,7 @@ class SimpleConsumer:
         self._runner.turns = turns
         self._member, self._loop, self._turns = member, loop, turns
         loop.start()
+        self._stopped = False
         return self
 
     def _settings(self) -> ConsumeSettings:
@@ -484,6 +490,7 @@ class SimpleConsumer:
         loop = self._loop
         if loop is None:
             return
+        self._stopped = True
         loop.shutdown(timeout)
 
     close = shutdown
@@ -541,13 +548,17 @@ class SimpleConsumer:
         the loop lets it (not for ``receive_async``: a rebalance callback that read serves
         may block, and an event loop must not)."""
         n = receive_count(max_message_num)
-        invisible_s = seconds_of(
-            "invisible_duration",
-            invisible_duration,
-            minimum=MIN_RECEIVE_INVISIBLE_S,
-            maximum=MAX_INVISIBLE_S,
-        )
-        self._require_running()
+        last, invisible_s = self._last_invisible
+        if type(invisible_duration) is not type(last) or invisible_duration != last:
+            invisible_s = seconds_of(
+                "invisible_duration",
+                invisible_duration,
+                minimum=MIN_RECEIVE_INVISIBLE_S,
+                maximum=MAX_INVISIBLE_S,
+            )
+            self._last_invisible = (invisible_duration, invisible_s)
+        if self._stopped:
+            self._require_running()
         if not self._subscriptions:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
         engine = self._engine
@@ -559,6 +570,12 @@ class SimpleConsumer:
             if room <= 0:
                 raise UnackedLimitError(limit, engine.unacked)
             short = engine.available < min(n, room)
+            if not short:  # the common case: what is buffered serves it
+                handles = engine.receive(min(n, room), invisible_s, now)
+        if not short:
+            if now >= self._direct_until:
+                self._runner.taken()  # room in the buffer: the loop fetches ahead
+            return cast("list[MessageView]", handles)  # the engine issues the views
         direct = now < self._direct_until
         if short and read and not self._waiting:
             turns = self._turns
@@ -577,7 +594,7 @@ class SimpleConsumer:
                 return fut
         if handles and not direct:
             self._runner.taken()  # room in the buffer: the loop fetches ahead
-        return views_of(handles)
+        return cast("list[MessageView]", handles)
 
     def _serve_waiting(self) -> None:
         """On the loop thread: hand what is available to waiting receives, in order."""
@@ -585,7 +602,7 @@ class SimpleConsumer:
             return
         engine = self._engine
         limit = self.options.max_unacked_messages
-        served: list[tuple[PullFuture[list[MessageView]], list[ReceiptHandle]]] = []
+        served: list[tuple[PullFuture[list[MessageView]], list[Any]]] = []
         with self._lock:
             now = self._clock.monotonic()
             waiting = self._waiting
@@ -595,8 +612,8 @@ class SimpleConsumer:
                     continue  # cancelled (an asyncio timeout): it takes nothing
                 room = limit - engine.unacked
                 served.append((w.future, engine.receive(min(w.n, room), w.invisible_s, now)))
-        for fut, handles in served:
-            fut.set_result(views_of(handles))
+        for fut, views in served:
+            fut.set_result(views)
         if served:
             self._runner.taken()
 
@@ -634,17 +651,17 @@ class SimpleConsumer:
         Acknowledging it again is harmless; an expired, superseded or revoked handle, or
         one of another consumer, raises
         :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
-        # the checks of handle_of and _require_running, inlined for the common case
-        handle = message._handle if type(message) is MessageView else handle_of(message)
-        loop = self._loop
-        if loop is None or not loop.running:
+        # the checks of handle_of and _require_running only off the common path (the view
+        # is its own receipt handle)
+        if type(message) is not ClassicMessageView or self._stopped:
+            message = handle_of(message)
             self._require_running()
         # acquire/release rather than ``with``: the statement's lookups cost more than the
         # lock itself, once per message
         lock = self._lock
         lock.acquire()
         try:
-            self._engine.ack(handle, self._monotonic())
+            self._engine.ack(message, self._monotonic())
         finally:
             lock.release()
 
@@ -669,11 +686,8 @@ class SimpleConsumer:
         )
         self._require_running()
         with self._lock:
-            new = self._engine.change_invisible_duration(
-                handle, invisible_s, self._clock.monotonic()
-            )
-            replace_handle(message, new)
-        return str(new)
+            self._engine.renew(handle, invisible_s, self._clock.monotonic())
+            return handle.handle_text()
 
     def change_invisible_duration_async(
         self, message: MessageView, invisible_duration: float | timedelta

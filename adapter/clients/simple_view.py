@@ -1,5 +1,5 @@
 """What a :class:`~adapter.clients.simple_consumer.SimpleConsumer` hands to the application:
-the received message (``MessageView``, which carries its receipt handle), the futures of the
+the received message (``MessageView``, which is its own receipt handle), the futures of the
 ``*_async`` calls (``PullFuture``) and the subscription filter (``FilterExpression``).
 
 Kept apart from the consumer so every backend (:mod:`adapter.clients.share_consumer`) hands
@@ -21,14 +21,13 @@ from adapter.core.message import MessageExt
 from adapter.errors import InvalidInputError
 
 __all__ = [
+    "ClassicMessageView",
     "FilterExpression",
     "MessageView",
     "PullFuture",
     "handle_of",
-    "replace_handle",
     "settled",
     "tag_filter_of",
-    "views_of",
 ]
 
 T = TypeVar("T")
@@ -72,17 +71,17 @@ class MessageView:
     epoch milliseconds; ``properties`` are the user properties.  Everything else the
     adapter knows is on ``message`` (a :class:`~adapter.core.message.MessageExt`: Kafka
     topic, partition and offset, all headers, ...).
+
+    Each backend hands out its own subclass, which is also the message's receipt handle
+    (one object per received message): :class:`ClassicMessageView` here,
+    :class:`~adapter.clients.share_view.ShareMessageView` on a share group.
     """
 
-    __slots__ = ("_handle",)
-
-    def __init__(self, handle: ReceiptHandle) -> None:
-        self._handle = handle
+    __slots__ = ()
 
     @property
     def message(self) -> MessageExt:
-        msg: MessageExt = self._handle.msg
-        return msg
+        raise NotImplementedError
 
     @property
     def message_id(self) -> str:
@@ -130,7 +129,7 @@ class MessageView:
     def receipt_handle(self) -> str:
         """The current receipt handle (opaque text; ``change_invisible_duration`` replaces
         it)."""
-        return str(self._handle)
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return (
@@ -138,31 +137,37 @@ class MessageView:
             f"delivery_attempt={self.delivery_attempt}, receipt_handle={self.receipt_handle!r})"
         )
 
-
-def views_of(handles: list[ReceiptHandle]) -> list[MessageView]:
-    """The views of the handles a receive got (the receive path: ``MessageView.__init__``
-    inlined, one object per message)."""
-    new, cls = object.__new__, MessageView
-    views: list[MessageView] = []
-    append = views.append
-    for handle in handles:
-        view = new(cls)
-        view._handle = handle
-        append(view)
-    return views
+    __str__ = __repr__
 
 
-def handle_of(message: object) -> ReceiptHandle:
-    """The receipt handle of ``message``, or :class:`InvalidInputError` when it is not a
-    :class:`MessageView`."""
-    if not isinstance(message, MessageView):
+class ClassicMessageView(ReceiptHandle, MessageView):
+    """The classic backend's :class:`MessageView`: the pull engine issues it as the
+    receipt handle itself (``PullEngine(handle_type=ClassicMessageView)``), so a received
+    message costs one object, not a handle and a view.  ``change_invisible_duration``
+    renews it in place (:meth:`~adapter.core.engine.pull.PullEngine.renew`): the
+    application keeps acknowledging the object it received."""
+
+    __slots__ = ()
+
+    @property
+    def message(self) -> MessageExt:
+        msg: MessageExt = self.msg
+        return msg
+
+    @property
+    def receipt_handle(self) -> str:
+        return self.handle_text()
+
+    __repr__ = MessageView.__repr__
+    __str__ = MessageView.__repr__
+
+
+def handle_of(message: object) -> ClassicMessageView:
+    """``message`` as the classic backend's view (its own receipt handle), or
+    :class:`InvalidInputError` when it is not a :class:`MessageView` of that backend."""
+    if not isinstance(message, ClassicMessageView):
         raise InvalidInputError("message", message, "expected a MessageView from receive()")
-    return message._handle
-
-
-def replace_handle(message: MessageView, handle: ReceiptHandle) -> None:
-    """Give ``message`` its new receipt handle (after ``change_invisible_duration``)."""
-    message._handle = handle
+    return message
 
 
 def tag_filter_of(expression: str | FilterExpression | None) -> TagFilter:

@@ -202,6 +202,64 @@ class TestExpiry:
         eng.ack(new, now=23.0)
         assert eng.committable(TP) == 1
 
+    def test_renew_postpones_the_same_handle_under_a_new_text(self) -> None:
+        """The SimpleConsumer's view is its handle: the application keeps the object."""
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 5.0, now=0.0)
+        before = str(h)
+        assert eng.renew(h, 20.0, now=4.0) is h
+        assert h.deadline == 24.0 and h.duration == 20.0 and str(h) != before
+        assert copies(eng.tick(10.0)) == []  # its first deadline passes without work
+        eng.ack(h, now=23.0)
+        assert eng.committable(TP) == 1
+        assert eng.unacked == 0
+
+    def test_renew_may_shorten_to_now_and_the_earlier_deadline_finds_nothing(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 60.0, now=0.0)
+        eng.renew(h, 0.0, now=1.0)
+        [copy] = copies(eng.tick(1.0))
+        assert copy.dest == RetryNow(1)
+        assert copies(eng.tick(61.0)) == []
+        with pytest.raises(InvalidReceiptHandleError, match="expired"):
+            eng.ack(h, now=1.0)
+
+    def test_a_renewed_handle_of_another_consumer_or_acked_is_refused(self) -> None:
+        eng, other = engine(), engine()
+        fetch(eng, TP, 0, 1)
+        fetch(other, TP, 0, 1)
+        [h] = eng.receive(1, 60.0, now=0.0)
+        [theirs] = other.receive(1, 60.0, now=0.0)
+        with pytest.raises(InvalidReceiptHandleError, match="another consumer"):
+            eng.renew(theirs, 10.0, now=1.0)
+        eng.ack(h, now=1.0)
+        with pytest.raises(InvalidReceiptHandleError, match="already acknowledged"):
+            eng.renew(h, 10.0, now=1.0)
+
+    def test_the_engine_issues_the_handle_type_it_was_given(self) -> None:
+        class View(ReceiptHandle):
+            __slots__ = ()
+
+        eng = PullEngine(PullOptions(), handle_type=View)
+        eng.assigned(TP)
+        fetch(eng, TP, 0, 3)
+        got = eng.receive(3, 5.0, now=0.0)
+        assert [type(h) for h in got] == [View] * 3
+        assert [h.offset for h in got] == [0, 1, 2]
+        eng.ack(got[1], now=1.0)
+        assert eng.unacked == 2
+        assert type(eng.change_invisible_duration(got[0], 9.0, now=1.0)) is View
+
+    def test_handles_of_an_assignment_replaced_without_a_revoke_are_refused(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        [h] = eng.receive(1, 60.0, now=0.0)
+        eng.assigned(TP)  # a new generation, the old one never revoked
+        with pytest.raises(InvalidReceiptHandleError, match="revoked"):
+            eng.ack(h, now=1.0)
+
     def test_next_due_is_the_earliest_invisible_deadline(self) -> None:
         """The loop sleeps until ``next_due``: an invisible time ends on time, not on the
         loop's next 100 ms tick."""
@@ -319,6 +377,23 @@ class TestFlowAndOffsets:
         fetch(eng, TP, 8, 1)
         assert Pause(TP, "in-flight offset span 8 > 7") in eng.tick(0.1)
 
+    def test_a_fetch_with_gaps_keeps_each_message_at_its_offset(self) -> None:
+        """Records filtered out by tag (or never there: compaction, transaction markers)
+        leave gaps: each message keeps its own offset, and so does the committed one."""
+        eng = engine()
+        eng.fetched(TP, [Msg(0), Msg(2), Msg(5)], 7, 30)
+        assert eng.committable(TP) == 0
+        first, second = eng.receive(2, 5.0, now=0.0)
+        assert [first.offset, second.offset] == [0, 2]
+        eng.ack(first, now=1.0)
+        assert eng.committable(TP) == 2
+        eng.ack(second, now=1.0)
+        assert eng.committable(TP) == 5
+        [last] = eng.receive(1, 5.0, now=1.0)
+        assert last.offset == 5 and last.msg.queue_offset == 5
+        eng.ack(last, now=2.0)
+        assert eng.committable(TP) == 7
+
     def test_filtered_fetches_move_the_offset(self) -> None:
         eng = engine()
         eng.fetched(TP, [], 10)
@@ -356,9 +431,11 @@ class TestInputs:
 _ops = st.lists(
     st.one_of(
         st.tuples(st.just("fetch"), st.integers(0, 1), st.integers(0, 5)),
+        st.tuples(st.just("gapped fetch"), st.integers(0, 1), st.integers(1, 4)),
         st.tuples(st.just("receive"), st.integers(1, 6), st.integers(1, 4)),
         st.tuples(st.just("ack"), st.integers(0, 50), st.integers(0, 0)),
         st.tuples(st.just("change"), st.integers(0, 50), st.integers(0, 4)),
+        st.tuples(st.just("renew"), st.integers(0, 50), st.integers(0, 4)),
         st.tuples(st.just("time"), st.integers(1, 3), st.integers(0, 0)),
         st.tuples(st.just("publish"), st.integers(0, 20), st.integers(0, 3)),
         st.tuples(st.just("rebalance"), st.integers(0, 1), st.integers(0, 0)),
@@ -426,6 +503,13 @@ def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
             eng.fetched(tp, [Msg(o) for o in range(first, first + b)], first + b)
             unsettled[tp].update(range(first, first + b))
             nxt[tp] = first + b
+        elif op == "gapped fetch":  # every other offset filtered out
+            tp = tps[a]
+            first = nxt[tp]
+            offsets = range(first, first + 2 * b, 2)
+            eng.fetched(tp, [Msg(o) for o in offsets], first + 2 * b)
+            unsettled[tp].update(offsets)
+            nxt[tp] = first + 2 * b
         elif op == "receive":
             handles.extend(eng.receive(a, float(b), now))
         elif op == "ack" and handles:
@@ -441,6 +525,10 @@ def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
             h = handles[a % len(handles)]
             with contextlib.suppress(InvalidReceiptHandleError):
                 handles.append(eng.change_invisible_duration(h, float(b), now))
+        elif op == "renew" and handles:
+            h = handles[a % len(handles)]
+            with contextlib.suppress(InvalidReceiptHandleError):
+                eng.renew(h, float(b), now)
         elif op == "time":
             now += a
             actions = eng.tick(now)
@@ -462,6 +550,9 @@ def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
             pending[:] = [p for p in pending if p.tp != tp]
         check(actions)
         check(eng.tick(now))
+        # every handle still invisible is counted once (a renewed one too), none twice
+        live = {id(h) for h in handles if h.state is HandleState.INVISIBLE}
+        assert eng.unacked == len(live)
 
 
 def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:

@@ -20,6 +20,7 @@ message that is never acknowledged blocks neither the partition nor this consume
                                                 ``now + invisible_s``
 ``ack(handle, now)``                            settle it (twice: harmless)
 ``change_invisible_duration(h, s, now)``        a new handle, invisible until ``now + s``
+``renew(h, s, now)``                            the same, in place (a view that is its handle)
 ``tick(now)``                                   expired handles → :class:`SendBack` s; flow
                                                 control; offsets that moved
 ``published`` / ``publish_failed``              a copy acknowledged (settled) / refused
@@ -131,48 +132,84 @@ _INVISIBLE = HandleState.INVISIBLE
 _ACKED = HandleState.ACKED
 
 
+class Lease:
+    """One visibility period shared by the handles one receive issued on one partition
+    (or by one handle, after ``change_invisible_duration``): who issued them, until when,
+    for how long, on which assignment of the partition.  Kept once per receive instead of
+    in every handle.  The deadline heap's entry holds the lease and its handles (the lease
+    does not refer to them: no reference cycle, so a settled handle is freed as soon as the
+    application and the heap let go of it, without the garbage collector)."""
+
+    __slots__ = ("consumer", "deadline", "duration", "part", "token")
+
+    def __init__(
+        self, consumer: str, token: int, part: _Partition, deadline: float, duration: float
+    ) -> None:
+        self.consumer = consumer
+        self.token = token
+        #: the engine's state of the partition (``part.live``: still the same assignment)
+        self.part = part
+        self.deadline = deadline
+        self.duration = duration
+
+
 class ReceiptHandle:
     """One visibility period of one received message (RocketMQ's receipt handle).
 
     Handles are issued by the engine and only valid with the engine that issued them
-    (``consumer``); ``str(handle)`` is an opaque text form for logs.
+    (``consumer``); :meth:`handle_text` (also ``str(handle)``) is an opaque text form for
+    logs.  A consumer may have the engine issue a subclass (``PullEngine(handle_type=...)``,
+    no slots of its own): the SimpleConsumer's message view is its own receipt handle, one
+    object per received message.  What the handles of one receive share is their
+    :class:`Lease`.
     """
 
-    __slots__ = (
-        "consumer",
-        "deadline",
-        "duration",
-        "generation",
-        "msg",
-        "offset",
-        "state",
-        "token",
-        "tp",
-    )
+    __slots__ = ("lease", "msg", "offset", "state")
 
-    def __init__(  # noqa: PLR0917 - built on the receive path, positional is cheapest
-        self,
-        consumer: str,
-        token: int,
-        tp: TP,
-        generation: int,
-        msg: Any,
-        deadline: float,
-        duration: float,
-    ) -> None:
-        self.consumer = consumer
-        self.token = token
-        self.tp = tp
-        self.generation = generation
+    def __init__(self, lease: Lease, msg: Any) -> None:
+        self.lease = lease
         self.msg = msg
         self.offset: int = msg.queue_offset
-        self.deadline = deadline
-        self.duration = duration
         self.state = HandleState.INVISIBLE
 
+    @property
+    def consumer(self) -> str:
+        """The id of the engine that issued it."""
+        return self.lease.consumer
+
+    @property
+    def token(self) -> int:
+        return self.lease.token
+
+    @property
+    def tp(self) -> TP:
+        return self.lease.part.tp
+
+    @property
+    def generation(self) -> int:
+        """The partition's assignment it was received in."""
+        return self.lease.part.generation
+
+    @property
+    def deadline(self) -> float:
+        """Until when the message is invisible (the engine's clock)."""
+        return self.lease.deadline
+
+    @property
+    def duration(self) -> float:
+        return self.lease.duration
+
+    def handle_text(self) -> str:
+        """The handle's text form (what the message view shows as its receipt handle)."""
+        lease = self.lease
+        topic, partition = lease.part.tp
+        return (
+            f"{lease.consumer}:{topic}:{partition}:{self.offset}:{lease.part.generation}:"
+            f"{lease.token}"
+        )
+
     def __str__(self) -> str:
-        topic, partition = self.tp
-        return f"{self.consumer}:{topic}:{partition}:{self.offset}:{self.generation}:{self.token}"
+        return self.handle_text()
 
     def __repr__(self) -> str:
         return f"ReceiptHandle({self}, {self.state.value})"
@@ -197,18 +234,29 @@ class _Partition:
         "buf",
         "generation",
         "held",
+        "live",
         "nbytes",
+        "offsets",
         "order",
         "paused",
         "position",
         "stored",
+        "touched",
         "tp",
     )
 
     def __init__(self, tp: TP, generation: int) -> None:
         self.tp = tp
         self.generation = generation
+        #: False once revoked or replaced by a new assignment: its handles are invalid
+        self.live = True
+        #: an ack settled one of its messages since the last tick (the tick marks it dirty:
+        #: a flag is cheaper per ack than hashing the partition into the dirty set)
+        self.touched = False
         self.buf: deque[Any] = deque()  # fetched, never received, in offset order
+        #: the offsets of ``buf``, one for one (a fetch's are usually a range: no call per
+        #: message to learn them)
+        self.offsets: deque[int] = deque()
         self.again: deque[Any] = deque()  # visible again after a refused copy
         #: every received message not settled yet: offset -> its owner (a live or expired
         #: handle's copy: ReceiptHandle / SendBack; visible again: the message)
@@ -231,8 +279,8 @@ class _Partition:
             order.popleft()
         if order:
             return order[0]
-        if self.buf:
-            return int(self.buf[0].queue_offset)
+        if self.offsets:
+            return self.offsets[0]
         return self.position
 
     def take_commit(self) -> int | None:
@@ -253,15 +301,24 @@ class _Partition:
 class PullEngine:
     """The pull (SimpleConsumer) engine of one consumer; see the module docstring."""
 
-    def __init__(self, options: PullOptions, consumer_id: str | None = None) -> None:
+    def __init__(
+        self,
+        options: PullOptions,
+        consumer_id: str | None = None,
+        *,
+        handle_type: type[ReceiptHandle] = ReceiptHandle,
+    ) -> None:
         self.options = options
+        #: the class of the handles issued (a subclass of ReceiptHandle without slots)
+        self.handle_type = handle_type
         #: names this engine in its handles: a handle from another consumer is refused
         self.consumer_id = consumer_id or uuid.uuid4().hex[:12]
         self._parts: dict[TP, _Partition] = {}
         self._generations: dict[TP, int] = {}
         self._ready: dict[TP, None] = {}  # partitions with something to receive (ordered)
         self._dirty: set[TP] = set()
-        self._deadlines: list[tuple[float, int, list[ReceiptHandle]]] = []
+        #: (deadline, sequence, lease, the handles issued under it)
+        self._deadlines: list[tuple[float, int, Lease, list[ReceiptHandle]]] = []
         self._in_heap = 0  # handles referenced from ``_deadlines`` (live or not)
         self._tokens = itertools.count(1)
         self._seq = itertools.count()
@@ -273,6 +330,9 @@ class PullEngine:
     def assigned(self, tp: TP) -> None:
         generation = self._generations.get(tp, 0) + 1
         self._generations[tp] = generation
+        old = self._parts.get(tp)
+        if old is not None:
+            old.live = False
         self._parts[tp] = _Partition(tp, generation)
 
     def revoked(self, tp: TP) -> None:
@@ -284,9 +344,10 @@ class PullEngine:
         self._ready.pop(tp, None)
         if part is None:
             return
+        part.live = False
         self._available -= len(part.buf) + len(part.again)
         for owner in part.held.values():
-            if type(owner) is ReceiptHandle and owner.state is HandleState.INVISIBLE:
+            if isinstance(owner, ReceiptHandle) and owner.state is HandleState.INVISIBLE:
                 owner.state = HandleState.REVOKED
                 self._invisible -= 1
 
@@ -324,6 +385,11 @@ class PullEngine:
         if not msgs:
             return None  # filtered out by tag: settled like a broker-side filter
         part.buf.extend(msgs)
+        first = msgs[0].queue_offset
+        if len(msgs) == end - first:  # consecutive offsets (none filtered out or skipped)
+            part.offsets.extend(range(first, end))
+        else:
+            part.offsets.extend([m.queue_offset for m in msgs])
         part.nbytes += nbytes
         self._available += len(msgs)
         self._ready[tp] = None
@@ -342,71 +408,78 @@ class PullEngine:
 
     def receive(self, n: int, invisible_s: float, now: float) -> list[ReceiptHandle]:
         """Up to ``n`` messages, each invisible until ``now + invisible_s``, taken across the
-        partitions in turn (a partition served first goes to the back of the line)."""
+        partitions in turn (a partition served first goes to the back of the line).  The
+        handles of one receive share a :class:`Lease` (and its token: partition, offset and
+        generation tell them apart); the list returned is the caller's."""
         if n <= 0 or not self._available:
             return []
         out: list[ReceiptHandle] = []
         deadline = now + invisible_s
         consumer = self.consumer_id
-        tokens = self._tokens
+        token = next(self._tokens)
+        cls = self.handle_type
         ready = self._ready
-        append = out.append
         for tp in list(ready):
             part = self._parts[tp]
-            held, again, buf, generation = part.held, part.again, part.buf, part.generation
-            while again and len(out) < n:
-                msg = again.popleft()
-                handle = ReceiptHandle(
-                    consumer, next(tokens), tp, generation, msg, deadline, invisible_s
-                )
+            held, again, buf = part.held, part.again, part.buf
+            # Lease.__init__, inlined: one per partition a receive takes from
+            lease = _new(Lease)
+            lease.consumer = consumer
+            lease.token = token
+            lease.part = part
+            lease.deadline = deadline
+            lease.duration = invisible_s
+            got: list[ReceiptHandle] = []
+            while again and len(out) + len(got) < n:
+                handle = cls(lease, again.popleft())
                 held[handle.offset] = handle  # already in ``order``
-                append(handle)
-            if buf and len(out) < n:
-                popleft, order_append = buf.popleft, part.order.append
-                for _ in range(min(n - len(out), len(buf))):
+                got.append(handle)
+            room = n - len(out) - len(got)
+            if buf and room > 0:
+                popleft, order_append, append = buf.popleft, part.order.append, got.append
+                next_offset = part.offsets.popleft
+                invisible = _INVISIBLE
+                for _ in range(min(room, len(buf))):
                     msg = popleft()
                     # ReceiptHandle.__init__, inlined: one object per message received
-                    handle = _new(ReceiptHandle)
-                    handle.consumer = consumer
-                    handle.token = next(tokens)
-                    handle.tp = tp
-                    handle.generation = generation
+                    handle = _new(cls)
+                    handle.lease = lease
                     handle.msg = msg
-                    handle.offset = offset = msg.queue_offset
-                    handle.deadline = deadline
-                    handle.duration = invisible_s
-                    handle.state = _INVISIBLE
+                    handle.offset = offset = next_offset()
+                    handle.state = invisible
                     held[offset] = handle
                     order_append(offset)
                     append(handle)
+            if got:
+                out += got
+                self._available -= len(got)
+                self._invisible += len(got)
+                self._push(lease, got)
             del ready[tp]
             if buf or again:
                 ready[tp] = None  # still has messages: to the back of the line
             if len(out) >= n:
                 break
-        self._available -= len(out)
-        self._invisible += len(out)
-        self._push(deadline, out)
         return out
 
     def ack(self, handle: ReceiptHandle, now: float) -> None:
         """Settle the message of ``handle``.  Acknowledging an acknowledged handle is
         harmless; any other unusable handle raises :class:`InvalidReceiptHandleError` and
         changes nothing."""
-        part = self._parts.get(handle.tp) if type(handle) is ReceiptHandle else None
+        lease = handle.lease if type(handle) is self.handle_type else None
         if (
-            part is not None
+            lease is not None
+            and (part := lease.part).live  # still the assignment it was received in
             and handle.state is _INVISIBLE
-            and handle.consumer is self.consumer_id
-            and handle.generation == part.generation
-            and handle.deadline > now
+            and lease.consumer is self.consumer_id
+            and lease.deadline > now
         ):
             # the common case, inlined (_live passes, then _settle of the handle itself)
             handle.state = _ACKED
             self._invisible -= 1
             del part.held[handle.offset]
             part.nbytes -= len(handle.msg.body)
-            self._dirty.add(part.tp)
+            part.touched = True
             return
         if handle.state is HandleState.ACKED and handle.consumer == self.consumer_id:
             return
@@ -421,66 +494,73 @@ class PullEngine:
         """Make the message invisible until ``now + invisible_s`` (shorter or longer than
         before; 0 makes it expire now) under a new handle; the old one is superseded."""
         part = self._live(handle, now)
-        new = ReceiptHandle(
-            self.consumer_id,
-            next(self._tokens),
-            handle.tp,
-            handle.generation,
-            handle.msg,
-            now + invisible_s,
-            invisible_s,
-        )
+        lease = Lease(self.consumer_id, next(self._tokens), part, now + invisible_s, invisible_s)
+        new = self.handle_type(lease, handle.msg)
         handle.state = HandleState.SUPERSEDED
         part.held[handle.offset] = new
-        self._push(new.deadline, [new])
+        self._push(lease, [new])
         return new
+
+    def renew(self, handle: ReceiptHandle, invisible_s: float, now: float) -> ReceiptHandle:
+        """:meth:`change_invisible_duration` in place: ``handle`` itself becomes invisible
+        until ``now + invisible_s`` under a new token (its earlier text form no longer
+        names it).  For a consumer whose message view is its handle: the application keeps
+        the object it received.  Returns ``handle``."""
+        part = self._live(handle, now)
+        lease = Lease(self.consumer_id, next(self._tokens), part, now + invisible_s, invisible_s)
+        # its earlier lease keeps it in its list: _expire and _compact skip a handle whose
+        # lease is no longer that one
+        handle.lease = lease
+        self._push(lease, [handle])
+        return handle
 
     def _live(self, handle: ReceiptHandle, now: float) -> _Partition:
         """The partition of a handle that may be used now, or the error that says why not."""
         if not isinstance(handle, ReceiptHandle) or handle.consumer != self.consumer_id:
             raise InvalidReceiptHandleError(
-                str(handle), "the receipt handle belongs to another consumer"
+                handle.handle_text() if isinstance(handle, ReceiptHandle) else str(handle),
+                "the receipt handle belongs to another consumer",
             )
+        text = handle.handle_text()
         state = handle.state
         part = self._parts.get(handle.tp)
         if state is HandleState.ACKED:
-            raise InvalidReceiptHandleError(str(handle), "the message was already acknowledged")
+            raise InvalidReceiptHandleError(text, "the message was already acknowledged")
         if state is HandleState.SUPERSEDED:
             raise InvalidReceiptHandleError(
-                str(handle),
+                text,
                 "superseded by change_invisible_duration(); use the handle it returned",
             )
         if state is HandleState.REVOKED or part is None or part.generation != handle.generation:
             raise InvalidReceiptHandleError(
-                str(handle),
+                text,
                 f"partition {handle.tp[0]}[{handle.tp[1]}] was revoked; its new owner "
                 "delivers the message again",
             )
         if state is HandleState.EXPIRED or handle.deadline <= now:
             raise InvalidReceiptHandleError(
-                str(handle),
+                text,
                 f"receipt handle is expired (invisible duration {handle.duration:g} s); the "
                 "message is delivered again",
             )
         return part
 
-    def _push(self, deadline: float, handles: list[ReceiptHandle]) -> None:
-        if not handles:
-            return
-        heapq.heappush(self._deadlines, (deadline, next(self._seq), handles))
+    def _push(self, lease: Lease, handles: list[ReceiptHandle]) -> None:
+        heapq.heappush(self._deadlines, (lease.deadline, next(self._seq), lease, handles))
         self._in_heap += len(handles)
         if self._in_heap > 2 * self._invisible + _COMPACT_SLACK:
             self._compact()
 
     def _compact(self) -> None:
         """Drop settled handles from the deadline heap (long durations keep them there)."""
-        items: list[tuple[float, int, list[ReceiptHandle]]] = []
+        items: list[tuple[float, int, Lease, list[ReceiptHandle]]] = []
         count = 0
         invisible = _INVISIBLE
-        for deadline, seq, handles in self._deadlines:
-            live = [h for h in handles if h.state is invisible]
+        for deadline, seq, lease, handles in self._deadlines:
+            # a renewed handle is kept under its latest lease only
+            live = [h for h in handles if h.state is invisible and h.lease is lease]
             if live:
-                items.append((deadline, seq, live))
+                items.append((deadline, seq, lease, live))
                 count += len(live)
         heapq.heapify(items)
         self._deadlines = items
@@ -488,7 +568,7 @@ class PullEngine:
 
     def _settle(self, part: _Partition, offset: int) -> None:
         owner = part.held.pop(offset)
-        msg = owner.msg if type(owner) in (ReceiptHandle, SendBack) else owner
+        msg = owner.msg if isinstance(owner, ReceiptHandle | SendBack) else owner
         part.nbytes -= len(msg.body)
         self._dirty.add(part.tp)
 
@@ -541,6 +621,10 @@ class PullEngine:
         heap = self._deadlines
         if heap and heap[0][0] <= now:
             actions = self._expire(now)
+        for part in self._parts.values():
+            if part.touched:
+                part.touched = False
+                self._dirty.add(part.tp)
         if self._dirty:
             store = now >= self._next_store
             if store:
@@ -555,14 +639,14 @@ class PullEngine:
         actions: list[Action] = []
         heap = self._deadlines
         while heap and heap[0][0] <= now:
-            _, _, handles = heapq.heappop(heap)
+            _, _, lease, handles = heapq.heappop(heap)
             self._in_heap -= len(handles)
+            part = lease.part
+            if not part.live:
+                continue  # revoked handles were counted out then
             for handle in handles:
-                if handle.state is not _INVISIBLE:
-                    continue
-                part = self._parts.get(handle.tp)
-                if part is None or part.generation != handle.generation:
-                    continue  # revoked handles were counted out then
+                if handle.state is not _INVISIBLE or handle.lease is not lease:
+                    continue  # settled, or renewed: a later lease has it
                 handle.state = HandleState.EXPIRED
                 self._invisible -= 1
                 action = self._copy(part, handle)
