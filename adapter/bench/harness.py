@@ -7,6 +7,7 @@ confluent-kafka loop (:meth:`Bench.raw_consume`) and the PushConsumer doing the 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 import uuid
@@ -212,6 +213,7 @@ class Bench:
         counts: list[int] = []  # one entry per listener call (list.append is atomic)
         first = [0.0]
         ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        calls = itertools.count(1)
 
         def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
             if block_s:
@@ -220,6 +222,12 @@ class Bench:
                 first[0] = time.perf_counter()
             counts.append(len(msgs))
             if fail_every:
+                if batch == 1:
+                    # one record a call: its position is the call's, counted as the raw loop
+                    # counts its records (next() on a count is atomic: no lock for workers)
+                    if next(calls) % fail_every == 0:
+                        ctx.ack_index = -1
+                    return ok
                 # the raw loop's pattern (every ``fail_every``-th record fails): the topic has
                 # one partition filled from offset 0, so a record's offset is its count, and
                 # no lock is needed to keep a count across worker threads

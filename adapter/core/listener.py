@@ -15,7 +15,12 @@ from enum import Enum
 
 from adapter.core.breaker import OpenCircuit
 from adapter.core.codec import Failure
-from adapter.core.routing import BatchOutcome, ConsumeConcurrentlyStatus, split_batch
+from adapter.core.routing import (
+    BatchOutcome,
+    ConsumeConcurrentlyStatus,
+    ack_index_clamped,
+    split_batch,
+)
 from adapter.errors import ListenerResultError
 
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
@@ -172,6 +177,48 @@ def judge(result: object, ctx: ConsumeConcurrentlyContext, size: int) -> Outcome
         else:
             failure = Failure("NotAcknowledged", f"CONSUME_SUCCESS with ack_index={ack}")
     return Outcome(split, ack, level, failure, problem, error)
+
+
+#: Judgements a :class:`Judge` remembers at most (one per shape of answer; a listener gives
+#: few: the same status, ``ack_index`` and batch size over and over).
+JUDGEMENTS_MAX = 256
+
+
+class Judge:
+    """:func:`judge` with its answers remembered, and what to warn about an ``ack_index``
+    outside its batch (:func:`~adapter.core.routing.ack_index_clamped`): for a listener that
+    returned a status with well-typed context fields, both depend only on the status, the
+    two fields and the batch size, and the outcomes are immutable, so one failing message
+    in a hundred does not build the same split, failure text and outcome each time.
+    Everything else (an exception, a result that is not a status, a field of the wrong
+    type) is judged afresh.  Not thread-safe: one per consumer loop."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[object, int | None, int, int], tuple[Outcome | None, str | None]]
+        self._known = {}
+
+    def __call__(
+        self, result: object, ctx: ConsumeConcurrentlyContext, size: int
+    ) -> tuple[Outcome | None, str | None]:
+        """``(judge(result, ctx, size), ack_index_clamped(ctx.ack_index, size))``."""
+        ack = ctx.ack_index
+        level = ctx.delay_level_when_next_consume
+        if (
+            type(result) is not ConsumeConcurrentlyStatus
+            or (ack is not None and type(ack) is not int)
+            or type(level) is not int
+        ):
+            return judge(result, ctx, size), ack_index_clamped(ack, size)
+        key = (result, ack, level, size)
+        found = self._known.get(key)
+        if found is None:
+            found = (judge(result, ctx, size), ack_index_clamped(ack, size))
+            if len(self._known) >= JUDGEMENTS_MAX:
+                self._known.clear()
+            self._known[key] = found
+        return found
 
 
 def _bad_context(ack: object, level: object) -> ListenerResultError | None:

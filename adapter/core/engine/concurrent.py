@@ -174,6 +174,11 @@ class ConcurrentEngine:
         part = self._parts.get(work.tp)
         if part is None or part.generation != work.generation:
             return _NO_ACTIONS
+        if not failures and work.origin is None:  # the healthy run: all settle at once
+            part.count -= len(work.msgs)
+            work.mark_all_done()
+            self._finish(part, work)
+            return _NO_ACTIONS
         actions: list[Action] = _NO_ACTIONS
         limit = self.options.consume_timeout_s
         reported: set[int] = set()
