@@ -30,6 +30,9 @@ def _args(bootstrap: str, out: Path, *, no_spark: bool = False) -> argparse.Name
     )
 
 
+# two Spark jobs and nine consumer runs: on a loaded two-core machine (the suite's other
+# workers, a Spark session per worker) it once took longer than the suite's 300 s default
+@pytest.mark.timeout(600)
 def test_analytics_rows_at_a_tiny_size(kafka_bootstrap_servers: str, tmp_path: Path) -> None:
     assert pyspark_missing() is None
     shared_spark()  # the bench's session is this one (getOrCreate): one JVM per test process
