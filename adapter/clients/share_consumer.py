@@ -39,7 +39,7 @@ from adapter.clients.share_group import (
     share_group_configs,
 )
 from adapter.clients.share_poll import PollState
-from adapter.clients.share_view import ShareMessageView, share_view_of
+from adapter.clients.share_view import ShareHold, ShareMessageView, share_view_of
 from adapter.clients.simple_consumer import SimpleConsumer
 from adapter.clients.simple_options import (
     BACKENDS,
@@ -516,7 +516,8 @@ class ShareSimpleConsumer(SimpleConsumer):
             # the common case, inline: a live hold of this consumer (a view handed out is
             # held while invisible; a shutdown revokes every hold, so a closed consumer
             # fails the first test; the unhold, inlined)
-            if v.state is _INVISIBLE and v.owner is poll.owner and v.deadline > _monotonic():
+            hold = v.hold
+            if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > _monotonic():
                 poll.kc.acknowledge(v.record, _ACCEPT)
                 v.state = _ACKED
                 poll.acked += 1
@@ -532,7 +533,7 @@ class ShareSimpleConsumer(SimpleConsumer):
 
     def _ack_slow(self, v: ShareMessageView) -> None:
         """Under the lock: :meth:`ack` of anything but a live hold of this consumer."""
-        if v.state is _ACKED and v.owner == self._poll.owner:
+        if v.state is _ACKED and v.hold.owner == self._poll.owner:
             return
         if self._poll.kc is None or self._closed:
             self._require_running()
@@ -564,8 +565,8 @@ class ShareSimpleConsumer(SimpleConsumer):
                     f"({lock_s:g} s, {GROUP_LOCK}) cannot be extended",
                 )
             v.token = next(self._poll.tokens)
-            v.deadline = now + invisible_s
-            v.duration = invisible_s
+            # a hold of its own: the receive's is shared by its other views
+            v.hold = ShareHold(v.hold.owner, v.acquired_at, now + invisible_s, invisible_s)
             if invisible_s == 0:
                 self._poll.unhold(v)
                 self._poll.expire_one(v)

@@ -20,7 +20,7 @@ from typing import Any
 import confluent_kafka
 
 from adapter.clients.share_group import BROKER_DEFAULT_LOCK_S
-from adapter.clients.share_view import ShareMessageView, share_view_of
+from adapter.clients.share_view import ShareHold, ShareMessageView, share_view_of
 from adapter.clients.simple_view import MessageView
 from adapter.core.engine.pull import MIN_RECEIVE_INVISIBLE_S, HandleState
 from adapter.core.filter import TagFilter
@@ -37,6 +37,7 @@ _ACCEPT = confluent_kafka.AcknowledgeType.ACCEPT
 _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _INVISIBLE = HandleState.INVISIBLE
 _VIEW = ShareMessageView
+_HOLD = ShareHold
 _new = object.__new__
 
 
@@ -52,7 +53,6 @@ class PollState:
         "acked",
         "acquired_at",
         "buffer",
-        "by_kafka",
         "cond",
         "dead",
         "delivery_limit",
@@ -64,7 +64,9 @@ class PollState:
         "next_deadline",
         "owner",
         "pending_acks",
+        "plain",
         "released",
+        "subs",
         "tokens",
         "unacked",
     )
@@ -86,8 +88,10 @@ class PollState:
         self.owner = uuid.uuid4().hex[:12]
         self.tokens = itertools.count(1)
         self.kc: Any = None
-        #: Kafka topic → (topic, its tag filter or ``None`` when it takes every tag)
-        self.by_kafka: dict[str, tuple[str, TagFilter | None]] = {}
+        self.subs: dict[str, tuple[str, TagFilter | None]] = {}
+        #: Kafka topic → topic, of the subscriptions that take every tag (what ``take``
+        #: looks up per record: one lookup and no tuple to unpack on its common path)
+        self.plain: dict[str, str] = {}
         #: the records of the last poll not received yet, as librdkafka gave them
         self.buffer: deque[Any] = deque()
         #: when the poll that brought the buffered records returned (their lock started)
@@ -105,6 +109,16 @@ class PollState:
         self.pending_acks = False
         self.acked = self.released = 0
 
+    @property
+    def by_kafka(self) -> dict[str, tuple[str, TagFilter | None]]:
+        """Kafka topic → (topic, its tag filter or ``None`` when it takes every tag)."""
+        return self.subs
+
+    @by_kafka.setter
+    def by_kafka(self, subs: dict[str, tuple[str, TagFilter | None]]) -> None:
+        self.subs = subs
+        self.plain = {k: topic for k, (topic, tags) in subs.items() if tags is None}
+
     def accept(self, batch: Any, now: float) -> None:
         """Under the lock, after a poll: keep the records acquired as they are.  Each is
         looked at when a receive reaches it (:meth:`take`: its view is made then), so a
@@ -116,14 +130,12 @@ class PollState:
     def view(self, rec: Any, topic: str, count: int, acquired_at: float) -> ShareMessageView:
         """The view of a record of this consumer, not handed out yet."""
         v: ShareMessageView = _new(_VIEW)
-        v.owner = self.owner
+        v.hold = _HOLD(self.owner, acquired_at, 0.0, 0.0)
         v.record = rec
         v.user_topic = topic
         v.msg = None
         v.count = count
-        v.acquired_at = acquired_at
         v.state = _INVISIBLE
-        v.deadline = v.duration = 0.0
         v.token = 0
         return v
 
@@ -142,38 +154,53 @@ class PollState:
             self.expire_buffer()
             return []
         out: list[ShareMessageView] = []
-        append, pop, by_kafka = out.append, buf.popleft, self.by_kafka
-        owner, deadline = self.owner, now + invisible_s
+        append, pop, plain = out.append, buf.popleft, self.plain
+        deadline = now + invisible_s
+        hold = _HOLD(self.owner, acquired_at, deadline, invisible_s)  # shared by the views
         while buf and len(out) < n:
-            rec = pop()
-            if rec.error() is not None:
-                log.warning("%s: %s", self.name, rec.error())
-                continue
-            sub = by_kafka.get(rec.topic())
-            count = rec.delivery_count() or 1
-            if sub is None or sub[1] is not None or count > 1:
-                if not self.keep(rec, sub, count):
-                    continue
-                assert sub is not None
-            # ShareMessageView.__init__, inlined: one object per record handed out
-            v: ShareMessageView = _new(_VIEW)
-            v.owner = owner
-            v.record = rec
-            v.user_topic = sub[0]
-            # ``msg`` and ``token`` stay unset (read with their defaults: no MessageExt
-            # yet, a delivery's first handle): two stores fewer per record
-            v.count = count
-            v.acquired_at = acquired_at
-            v.state = _INVISIBLE
-            v.deadline = deadline
-            v.duration = invisible_s
-            append(v)
+            # a for loop over as many records as are still wanted (a record skipped makes
+            # the outer loop go round again)
+            for _ in range(min(n - len(out), len(buf))):
+                rec = pop()
+                topic = plain.get(rec.topic())
+                count = rec.delivery_count()
+                if topic is None or count != 1 or rec.error() is not None:
+                    # in error, unsubscribed, filtered by tag, redelivered (or no count)
+                    kept = self.kept(rec)
+                    if kept is None:
+                        continue
+                    topic, count = kept
+                # ShareMessageView.__init__, inlined: one object per record handed out,
+                # the receive's shared fields in ``hold``
+                v: ShareMessageView = _new(_VIEW)
+                v.hold = hold
+                v.record = rec
+                v.user_topic = topic
+                # ``msg`` and ``token`` stay unset (read with their defaults: no
+                # MessageExt yet, a delivery's first handle): two stores fewer a record
+                v.count = count
+                v.state = _INVISIBLE
+                append(v)
         if out:
             self.holds.append(out)
             self.unacked += len(out)
             self.next_deadline = min(self.next_deadline, deadline)
         views: list[MessageView] = list(out)  # a copy: the application may change it
         return views
+
+    def kept(self, rec: Any) -> tuple[str, int] | None:
+        """Under the lock: a record :meth:`take` reached off its common path (in error,
+        unsubscribed, filtered by tag or redelivered): its topic and delivery count when
+        it is to be handed out, else ``None`` (logged, settled or set aside)."""
+        if rec.error() is not None:
+            log.warning("%s: %s", self.name, rec.error())
+            return None
+        sub = self.subs.get(rec.topic())
+        count = rec.delivery_count() or 1
+        if not self.keep(rec, sub, count):
+            return None
+        assert sub is not None
+        return sub[0], count
 
     def keep(self, rec: Any, sub: tuple[str, TagFilter | None] | None, count: int) -> bool:
         """Under the lock: whether a record :meth:`take` reached is to be handed out; one
@@ -209,10 +236,10 @@ class PollState:
         if now >= self.next_deadline:
             held = self.held()
             self.next_deadline = min(
-                (v.deadline for v in held if v.deadline > now), default=math.inf
+                (v.hold.deadline for v in held if v.hold.deadline > now), default=math.inf
             )
             for v in held:
-                if v.deadline <= now:
+                if v.hold.deadline <= now:
                     self.unhold(v)
                     self.expire_one(v)
 
@@ -280,10 +307,10 @@ class PollState:
     def live(self, message: object, now: float) -> ShareMessageView:
         """Under the lock: the held view ``message``, or the reason it is not."""
         v = share_view_of(message)
-        if v.owner != self.owner:
+        if v.hold.owner != self.owner:
             raise InvalidReceiptHandleError(v.handle_text(), "issued by another consumer")
         if v.state is _INVISIBLE:  # held (a view handed out is held until settled)
-            if v.deadline > now:
+            if v.hold.deadline > now:
                 return v
             self.unhold(v)
             self.expire_one(v)

@@ -1,9 +1,10 @@
 """The share backend's :class:`MessageView`, which is also its receipt handle.
 
-One object per record a share group hands out: the record, the broker's delivery count and
-the hold (deadline, token, state); the record's :class:`MessageExt` is made when first
-read.  Keeping the handle in the view itself, and the message lazy, means one allocation
-per record on the receive path instead of three.
+One object per record a share group hands out: the record, the broker's delivery count, its
+state and the hold it shares with the other records of its receive (:class:`ShareHold`:
+owner, lock start, deadline); the record's :class:`MessageExt` is made when first read.
+Keeping the handle in the view itself, what a receive shares once, and the message lazy,
+means one allocation and five stores per record on the receive path.
 """
 
 from __future__ import annotations
@@ -15,24 +16,38 @@ from adapter.core.engine.pull import HandleState
 from adapter.core.message import MessageExt, view_of
 from adapter.errors import InvalidInputError
 
-__all__ = ["ShareMessageView", "share_view_of"]
+__all__ = ["ShareHold", "ShareMessageView", "share_view_of"]
+
+
+class ShareHold:
+    """What every view of one receive shares, kept once per receive instead of once per
+    record: the consumer that acquired the records (``owner``: only it may acknowledge),
+    when the poll that brought them returned (``acquired_at``, monotonic seconds: it
+    starts the group's lock), and the hold's end (``deadline``) and length
+    (``duration``).  ``change_invisible_duration`` gives its view a hold of its own, so
+    a hold is never changed once made."""
+
+    __slots__ = ("acquired_at", "deadline", "duration", "owner")
+
+    def __init__(self, owner: str, acquired_at: float, deadline: float, duration: float) -> None:
+        self.owner = owner
+        self.acquired_at = acquired_at
+        self.deadline = deadline
+        self.duration = duration
 
 
 class ShareMessageView(MessageView):
     """A :class:`MessageView` of the share backend (same attributes) and its receipt handle.
 
-    ``owner`` is the id of the consumer that acquired the record (only it may acknowledge);
-    ``count`` is the broker's delivery count; ``acquired_at`` (monotonic seconds) is when
-    the poll that brought it returned, which starts the group's lock; ``token`` changes
-    with each ``change_invisible_duration`` (the text form is the receipt handle)."""
+    ``hold`` is what the records of its receive share (:class:`ShareHold`: owner, lock
+    start, deadline, duration; read through the properties of the same names); ``count``
+    is the broker's delivery count; ``token`` changes with each
+    ``change_invisible_duration`` (the text form is the receipt handle)."""
 
     __slots__ = (
-        "acquired_at",
         "count",
-        "deadline",
-        "duration",
+        "hold",
         "msg",
-        "owner",
         "record",
         "state",
         "token",
@@ -40,16 +55,33 @@ class ShareMessageView(MessageView):
     )
 
     def __init__(self, owner: str, record: Any, user_topic: str, count: int, now: float) -> None:
-        self.owner = owner
+        self.hold = ShareHold(owner, now, 0.0, 0.0)
         self.record = record
         self.user_topic = user_topic
         self.msg: MessageExt | None = None
         self.count = count
-        self.acquired_at = now
-        self.deadline = 0.0
-        self.duration = 0.0
         self.token = 0
         self.state = HandleState.INVISIBLE
+
+    @property
+    def owner(self) -> str:
+        """The id of the consumer that acquired the record."""
+        return self.hold.owner
+
+    @property
+    def acquired_at(self) -> float:
+        """When the poll that brought the record returned (its lock started then)."""
+        return self.hold.acquired_at
+
+    @property
+    def deadline(self) -> float:
+        """When the hold ends (monotonic seconds)."""
+        return self.hold.deadline
+
+    @property
+    def duration(self) -> float:
+        """The hold's invisible duration (seconds)."""
+        return self.hold.duration
 
     @property
     def message(self) -> MessageExt:

@@ -121,3 +121,37 @@ def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
         assert name in simple_consumer.__all__
     backend = simple_options.SimpleConsumerBackend.SHARE
     assert simple_consumer.BACKENDS[backend] is share_consumer.ShareSimpleConsumer
+
+
+def test_take_fills_the_receive_past_skipped_records_and_shares_one_hold() -> None:
+    state, kc = make_state(max_attempts=3)
+    records = [
+        FakeRecord(0),
+        FakeRecord(1, topic="gone"),  # unsubscribed: released unseen
+        FakeRecord(2, count=2),  # redelivered: handed out with its count
+        FakeRecord(3, count=4),  # past its last delivery: set aside
+        FakeRecord(4),
+        FakeRecord(5),
+        FakeRecord(6),
+    ]
+    state.accept(records, now=10.0)
+    views = state.take(4, invisible_s=5.0, now=10.0)
+    assert [v.record.offset() for v in views] == [0, 2, 4, 5]  # type: ignore[attr-defined]
+    assert [v.count for v in views] == [1, 2, 1, 1]  # type: ignore[attr-defined]
+    assert kc.acks == [(1, RELEASE)] and [v.record.offset() for v in state.dead] == [3]
+    assert [r.offset() for r in state.buffer] == [6] and state.unacked == 4
+    # what one receive shares is kept once: one hold for its four views
+    assert len({id(v.hold) for v in views}) == 1  # type: ignore[attr-defined]
+    assert {(v.deadline, v.duration, v.acquired_at) for v in views} == {(15.0, 5.0, 10.0)}  # type: ignore[attr-defined]
+
+
+def test_an_expired_hold_of_a_receive_ends_each_of_its_views() -> None:
+    state, kc = make_state()
+    state.accept([FakeRecord(0), FakeRecord(1)], now=0.0)
+    first = state.take(1, invisible_s=2.0, now=0.0)
+    second = state.take(1, invisible_s=8.0, now=1.0)
+    with state.cond:
+        state.expire(5.0)
+    assert kc.acks == [(0, RELEASE)] and state.unacked == 1
+    assert first[0].state is HandleState.EXPIRED  # type: ignore[attr-defined]
+    assert state.live(second[0], 5.0) is second[0]
