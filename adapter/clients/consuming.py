@@ -70,7 +70,7 @@ from adapter.core.engine import (
     TimedOut,
 )
 from adapter.core.filter import TagFilter
-from adapter.core.message import FetchedRun, MessageExt, split_fetch
+from adapter.core.message import FetchedRun, MessageExt, body_bytes, split_fetch
 from adapter.core.routing import RetryLater
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
@@ -393,9 +393,8 @@ class GroupConsumer:
         runner = self.runner
         assert runner is not None
         pooled = not runner.inline
-        views = run.msgs
-        nbytes = sum(len(m.body) for m in views) if pooled else 0
-        work = self.engine.fetched(run.tp, views, run.last.offset() + 1, nbytes, pooled=pooled)
+        nbytes = body_bytes(run) if pooled else 0
+        work = self.engine.fetched(run.tp, run.msgs, run.last.offset() + 1, nbytes, pooled=pooled)
         if work is not None:
             runner.run(work)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Final, NamedTuple, Protocol
 
 from adapter.constants import (
@@ -34,6 +35,7 @@ __all__ = [
     "MessageExt",
     "RawHeader",
     "Record",
+    "body_bytes",
     "fetched_records",
     "plain_records",
     "split_fetch",
@@ -589,6 +591,26 @@ class FetchedRun(NamedTuple):
     #: the last record fetched there, filtered or not (the offset after it is settled
     #: once ``msgs`` are)
     last: Any
+    #: the fetch's records, when ``msgs`` view ``source[start:start + len(msgs)]`` one for
+    #: one (none filtered out or skipped: their bodies' size is then read in one pass,
+    #: :func:`body_bytes`); else ``None``.  Kept whole, not sliced: a run that does not
+    #: need its size costs nothing more
+    source: Sequence[Any] | None = None
+    start: int = 0
+
+
+def body_bytes(run: FetchedRun) -> int:
+    """The bytes of the bodies of ``run.msgs``: over the raw records in one C-level pass
+    when the run has them (``value()`` unbound from the records' type, ``None`` bodies
+    filtered out), else message by message."""
+    source, start, msgs = run.source, run.start, run.msgs
+    if source is not None and msgs:
+        records = islice(source, start, start + len(msgs))
+        try:
+            return sum(map(len, filter(None, map(type(source[start]).value, records))))
+        except TypeError:  # records of mixed types (a test's fakes): the general way
+            pass
+    return sum(len(m.body) for m in msgs)
 
 
 def split_fetch(
@@ -616,17 +638,27 @@ def split_fetch(
     stamp: list[int | None] = [None]
     tag_filter: TagFilter | None = None
     last: Any = None
+    # where the current run starts in ``records``, and how many records since then are not
+    # in ``views`` (errors, filtered): none, and the run's records are one slice
+    start = 0
+    holes = 0
     for record in records:
         if record.error() is not None:
             errors.append(record)
+            holes += 1
             continue
         p = record.partition()
         t = record.topic()
         if p != partition or t != topic:
+            stop = start + len(views) + holes  # the index of this record
             if topic is not None:
-                runs.append(FetchedRun((topic, partition), views, last))
+                runs.append(
+                    FetchedRun((topic, partition), views, last, None if holes else records, start)
+                )
                 views = []
                 append = views.append
+            start = stop
+            holes = 0
             topic, partition = t, p
             logical, is_retry = resolve(t)
             retry = logical if is_retry else None
@@ -636,6 +668,7 @@ def split_fetch(
         if tag_filter is not None and not tag_filter.matches(
             header_text(record.headers(), PROPERTY_TAGS)
         ):
+            holes += 1
             continue  # filtered out by tag, like a broker-side filter: settled
         msg = new(cls)
         msg._rec = record
@@ -645,5 +678,5 @@ def split_fetch(
         msg._hdr = None
         append(msg)
     if topic is not None:
-        runs.append(FetchedRun((topic, partition), views, last))
+        runs.append(FetchedRun((topic, partition), views, last, None if holes else records, start))
     return runs, errors

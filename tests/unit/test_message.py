@@ -12,7 +12,7 @@ from adapter.constants import (
     SYSTEM_HEADERS,
 )
 from adapter.core.filter import TagFilter
-from adapter.core.message import Message, MessageExt, split_fetch, start_consuming
+from adapter.core.message import Message, MessageExt, body_bytes, split_fetch, start_consuming
 
 pytestmark = pytest.mark.unit
 
@@ -228,6 +228,29 @@ class TestSplitFetch:
         runs, errors = split_fetch([_rec("a", 0, 1), bad, _rec("a", 0, 2)], _resolve, {})
         assert errors == [bad]
         assert [(r.tp, [m.queue_offset for m in r.msgs]) for r in runs] == [(("a", 0), [1, 2])]
+
+    def test_a_run_without_holes_carries_its_records_for_the_bodies_size(self) -> None:
+        """A run none of whose records was filtered out or an error carries those records
+        one for one (its bodies' size is read over them); any other run carries none, and
+        the size is the same either way."""
+        bad = _Record(None, where=("a", 0, -1), error="broker down")
+        records = [bad, _Record(None, b"abc", ("a", 0, 1)), _Record(None, b"", ("a", 0, 2)),
+                   _Record(None, b"hello", ("b", 0, 1)), bad, _Record(None, b"z", ("b", 0, 2)),
+                   _Record([(PROPERTY_TAGS, b"x")], b"12", ("c", 0, 1)),
+                   _Record([(PROPERTY_TAGS, b"y")], b"1234", ("c", 0, 2)),
+                   _Record(None, b"last", ("d", 3, 9))]  # fmt: skip
+        runs, errors = split_fetch(records, _resolve, {"c": TagFilter.parse("x")})
+        assert errors == [bad, bad]
+        viewed = [
+            None if r.source is None else list(r.source[r.start : r.start + len(r.msgs)])
+            for r in runs
+        ]
+        assert viewed == [records[1:3], None, None, records[8:]]
+        for run, recs in zip(runs, viewed, strict=True):
+            if recs is not None:
+                assert [r.offset() for r in recs] == [m.queue_offset for m in run.msgs]
+        assert [body_bytes(r) for r in runs] == [3, 6, 2, 4]
+        assert [body_bytes(r) for r in runs] == [sum(len(m.body) for m in r.msgs) for r in runs]
 
     def test_views_of_a_retry_topic_and_one_consume_start_per_run(self) -> None:
         retry = _Record([("RETRY_TOPIC", b"orders")], where=("rmq.retry.g", 0, 4))
