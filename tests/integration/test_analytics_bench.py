@@ -51,9 +51,11 @@ def test_analytics_rows_at_a_tiny_size(kafka_bootstrap_servers: str, tmp_path: P
     assert spark_row["trace_rows"] == 1_500 and spark_row["runs"] == 1
     for row in (spark_row, *trace_rows):
         assert row["ours_msgs_per_s"] > 0 and row["raw_msgs_per_s"] > 0
-        assert row["ratio"] == pytest.approx(
-            row["ours_msgs_per_s"] / row["raw_msgs_per_s"], rel=0.01, abs=0.001
-        )  # the table rounds ratios to 3 decimals
+        # the table rounds ratios to 3 decimals and rates to whole messages a second (a
+        # Spark row without its warm-up reads some tens of rows a second)
+        ours, raw = row["ours_msgs_per_s"], row["raw_msgs_per_s"]
+        low, high = (ours - 0.5) / (raw + 0.5), (ours + 0.5) / max(raw - 0.5, 1e-9)
+        assert low - 0.0005 <= row["ratio"] <= high + 0.0005, row
         assert row["ours_cpu_us_per_msg"] > 0 and row["raw_cpu_us_per_msg"] > 0
     for trace_row in trace_rows:
         assert trace_row["trace_overhead_pct"] == pytest.approx(
