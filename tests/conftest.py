@@ -27,9 +27,9 @@ _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 _GROUPS = {
     "test_analytics_spark.py": "spark",
     "test_analytics_transforms.py": "spark",
-    # its own Spark session on another worker: one group of every Spark test was the
-    # suite's longest path
-    "test_analytics_bench.py": "spark-bench",
+    # the Spark group's session (one Spark JVM fewer): without its Spark row's warm-up
+    # jobs (``--no-warm-up``) it adds about a minute to the group, not four
+    "test_analytics_bench.py": "spark",
     "test_security.py": "sasl-broker",
     "test_embedded_broker.py": "own-broker",
     "test_stack.py": "docker",
