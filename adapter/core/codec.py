@@ -382,31 +382,19 @@ class RetryCopier:
             cached = _last_failure
             failed = cached[1] if cached[0] is failure else _failure_pairs(failure)
         if type(hdr) is bytes:  # a plain record's first failure: its id, nothing decoded
-            if born is None:
-                out = [
-                    (PROPERTY_UNIQ_KEY, hdr),
-                    (PROPERTY_ORIGIN_MESSAGE_ID, hdr),
-                    _RETRY_TOPIC_PAIRS[topic],
-                    _FIRST_RETRY,
-                    self._group_pair,
-                    _PARTITION_PAIRS[partition],
-                    (HEADER_ORIGIN_OFFSET, b"%d" % offset),
-                    *failed,
-                    *last[3],
-                ]
-            else:
-                out = [
-                    (PROPERTY_UNIQ_KEY, hdr),
-                    (PROPERTY_ORIGIN_MESSAGE_ID, hdr),
-                    _RETRY_TOPIC_PAIRS[topic],
-                    _FIRST_RETRY,
-                    self._group_pair,
-                    _PARTITION_PAIRS[partition],
-                    (HEADER_ORIGIN_OFFSET, b"%d" % offset),
-                    (HEADER_ORIGIN_BORN_MS, b"%d" % born),
-                    *failed,
-                    *last[3],
-                ]
+            born_pair = () if born is None else ((HEADER_ORIGIN_BORN_MS, b"%d" % born),)
+            out = [
+                (PROPERTY_UNIQ_KEY, hdr),
+                (PROPERTY_ORIGIN_MESSAGE_ID, hdr),
+                _RETRY_TOPIC_PAIRS[topic],
+                _FIRST_RETRY,
+                self._group_pair,
+                _PARTITION_PAIRS[partition],
+                (HEADER_ORIGIN_OFFSET, b"%d" % offset),
+                *born_pair,
+                *failed,
+                *last[3],
+            ]
             return last[2], body, key, out, None
         assert isinstance(hdr, tuple)  # decoded headers (typing: not the id's bytes)
         if hdr.errors:

@@ -303,21 +303,8 @@ class ConcurrentEngine:
 
     # -- publishing ------------------------------------------------------------------------
     def published(self, action: SendBack) -> None:
-        """The broker acknowledged ``action``'s copy: the message is settled (``_settle``,
-        inline: one call per copy)."""
-        part = self._parts.get(action.tp)
-        if part is None or part.generation != action.generation:
-            return
-        pending = action.work.pending
-        offset = action.offset  # carried by the copy: the message is not read here
-        if offset < 0:
-            offset = action.msg.queue_offset
-        if pending is not None and pending.get(offset) is action:
-            del pending[offset]
-            part.count -= 1
-            nbytes = action.nbytes
-            part.nbytes -= nbytes if nbytes >= 0 else len(action.msg.body)
-            self._dirty.add(part.tp)
+        """The broker acknowledged ``action``'s copy: the message is settled."""
+        self.published_all((action,))
 
     def published_all(self, actions: Sequence[SendBack]) -> None:
         """:meth:`published` for each of ``actions`` (the copies one poll of the producer
