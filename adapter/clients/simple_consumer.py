@@ -456,14 +456,22 @@ class SimpleConsumer:
             turns,
             shutdown_timeout=opts.shutdown_await,
             errors=self._errors,
-            on_error=opts.on_error,
+            on_error=self._loop_died,
         )
         member.bind(self._runner, guard=turns.guard(loop.guard), running=lambda: loop.running)
         self._runner.turns = turns
         self._member, self._loop, self._turns = member, loop, turns
-        loop.start()
         self._stopped = False
+        loop.start()
         return self
+
+    def _loop_died(self, exc: BaseException) -> None:
+        """The loop's ``on_error``, called as it dies, before it drains and closes: from
+        now on ``ack`` and ``receive`` raise its error (they check the loop only once
+        ``_stopped`` is set), then the user's ``on_error`` hears of it."""
+        self._stopped = True
+        if self.options.on_error is not None:
+            self.options.on_error(exc)
 
     def _settings(self) -> ConsumeSettings:
         opts = self.options

@@ -25,8 +25,14 @@ from typing import Any
 import pytest
 
 from adapter import ConfigError, InvalidInputError, Message
+from adapter.clients.consuming import GroupConsumer
 from adapter.clients.simple_consumer import FilterExpression, MessageView, SimpleConsumer
-from adapter.errors import ClientClosedError, InvalidReceiptHandleError, UnackedLimitError
+from adapter.errors import (
+    ClientClosedError,
+    ClientLoopError,
+    InvalidReceiptHandleError,
+    UnackedLimitError,
+)
 from tests.support.consumer_helpers import (
     committed_offsets,
     end_offsets,
@@ -249,6 +255,42 @@ def test_ack_stops_redelivery_and_acking_twice_is_harmless(
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def test_a_dead_loop_fails_ack_and_receive_at_once_not_after_its_close(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the classic consumer's loop dies, ``ack`` and ``receive`` raise its error from
+    then on, also while the loop still drains and closes (which may take up to the
+    shutdown wait): they used to go on accepting acks and handing out buffered messages
+    until the close was done.  The user's ``on_error`` stands in for a slow close here: the
+    loop waits in it."""
+    topic = kafka_topic_factory("sc")
+    produce(kafka_bootstrap_servers, topic, ["a", "b", "c", "d"])
+    died, go_on = threading.Event(), threading.Event()
+
+    def on_error(exc: BaseException) -> None:
+        died.set()
+        go_on.wait(30)
+
+    sc = simple(kafka_bootstrap_servers, topic, on_error=on_error).start()
+    try:
+        views = receive_all(sc, 1, 30.0)
+
+        def boom(self: GroupConsumer) -> None:
+            raise RuntimeError("injected loop failure")
+
+        monkeypatch.setattr(GroupConsumer, "step", boom)
+        assert died.wait(30), "the loop did not die"
+        with pytest.raises(ClientLoopError, match="injected loop failure"):
+            sc.ack(views[0])
+        with pytest.raises(ClientLoopError, match="injected loop failure"):
+            sc.receive(32, 30)
+    finally:
+        go_on.set()
+        monkeypatch.undo()
+        with pytest.raises(ClientLoopError):
+            sc.shutdown()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
