@@ -167,6 +167,26 @@ def test_a_transport_failure_waits_for_the_authentication_error_reported_after_i
     assert info.value is refused
 
 
+def test_slices_that_ran_out_first_do_not_use_up_the_transport_tries() -> None:
+    """Two slices time out, then the transport fails (refused credentials, reported on the
+    poll thread a moment later): the lookup still asks again and raises that error."""
+    refused = AuthenticationError("credentials refused")
+    timeout = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+    transport = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    client = FakeClient(answers=[timeout, timeout] + [transport] * 50)
+    reported: list[Exception] = []
+
+    def raise_fatal() -> None:
+        if reported:
+            raise reported[0]
+        if len(client.asked) >= 3:  # served after the first transport failure
+            reported.append(refused)
+
+    with pytest.raises(AuthenticationError) as info:
+        lookup(client, raise_fatal=raise_fatal).kafka_topic("orders")
+    assert info.value is refused
+
+
 def test_a_transport_failure_with_no_error_reported_is_an_outage_after_a_few_tries() -> None:
     client = FakeClient(answers=[KafkaException(KafkaError(KafkaError._TRANSPORT))] * 50)
     with pytest.raises(BrokerUnavailableError):

@@ -70,14 +70,14 @@ def timed_out(exc: BaseException) -> bool:
     return _code(exc) == KafkaError._TIMED_OUT
 
 
-def ask_again(state: tenacity.RetryCallState) -> bool:
+def ask_again(transport_failures: int, exc: BaseException | None) -> bool:
     """Whether a failed metadata request is made again: a slice that ran out, while the
-    bound lasts; a transport failure up to :data:`TRANSPORT_TRIES` times in all."""
-    exc = state.outcome.exception() if state.outcome is not None else None
+    bound lasts; a transport failure until :data:`TRANSPORT_TRIES` of them (slices that
+    ran out before do not count)."""
     code = _code(exc)
     if code == KafkaError._TIMED_OUT:
         return True
-    return code == KafkaError._TRANSPORT and state.attempt_number < TRANSPORT_TRIES
+    return code == KafkaError._TRANSPORT and transport_failures < TRANSPORT_TRIES
 
 
 def wait_to_ask(state: tenacity.RetryCallState) -> float:
@@ -169,23 +169,29 @@ class TopicLookup:
         bound = self._request_s
         started = time.monotonic()
 
-        tries = 0
+        tries = transport_failures = 0
 
         def ask() -> Any:
-            nonlocal tries
+            nonlocal tries, transport_failures
             if tries:
                 self._raise_fatal()  # reported since the last try (refused credentials)
             tries += 1
             try:
                 slice_s = lookup_slice(bound, time.monotonic() - started)
                 return self._client().list_topics(topic=kafka_topic, timeout=slice_s)
-            except KafkaException:
+            except KafkaException as exc:
+                if _code(exc) == KafkaError._TRANSPORT:
+                    transport_failures += 1
                 self._raise_fatal()
                 raise
 
+        def again(state: tenacity.RetryCallState) -> bool:
+            outcome = state.outcome
+            return ask_again(transport_failures, None if outcome is None else outcome.exception())
+
         try:
             md = tenacity.Retrying(
-                retry=ask_again,
+                retry=again,
                 wait=wait_to_ask,
                 stop=tenacity.stop_after_delay(bound),
                 reraise=True,
