@@ -365,6 +365,24 @@ class TestFlowAndOffsets:
         eng.ack(handles[2], now=0.1)
         assert Resume(TP) in eng.tick(0.1)
 
+    def test_acks_between_stores_reach_the_next_store(self) -> None:
+        """Offsets are stored every ``store_interval_s``: what is acknowledged between two
+        stores (ticks that store nothing) is stored by the next one, and acks after a store
+        by the one after it."""
+        eng = engine(store_interval_s=5.0)
+        fetch(eng, TP, 0, 4)
+        handles = eng.receive(4, 30.0, now=0.0)
+        eng.ack(handles[0], now=0.0)
+        assert stored(eng.tick(0.0)) == {TP: 1}  # the first tick stores
+        eng.ack(handles[1], now=1.0)
+        assert stored(eng.tick(1.0)) == {}  # within the interval
+        eng.ack(handles[2], now=2.0)
+        assert stored(eng.tick(2.0)) == {}
+        assert stored(eng.tick(5.0)) == {TP: 3}
+        eng.ack(handles[3], now=6.0)
+        assert stored(eng.tick(6.0)) == {}
+        assert stored(eng.tick(10.0)) == {TP: 4}
+
     def test_an_invisible_message_holds_the_offset_span(self) -> None:
         eng = engine(flow=FlowLimits(max_count=1000, max_bytes=10**9, max_span=7))
         fetch(eng, TP, 0, 8)

@@ -250,8 +250,8 @@ class _Partition:
         self.generation = generation
         #: False once revoked or replaced by a new assignment: its handles are invalid
         self.live = True
-        #: an ack settled one of its messages since the last tick (the tick marks it dirty:
-        #: a flag is cheaper per ack than hashing the partition into the dirty set)
+        #: an ack put it in the dirty set, which still holds it (later acks read this flag
+        #: instead of hashing the partition into the set; reset when the set is cleared)
         self.touched = False
         self.buf: deque[Any] = deque()  # fetched, never received, in offset order
         #: the offsets of ``buf``, one for one (a fetch's are usually a range: no call per
@@ -479,7 +479,9 @@ class PullEngine:
             self._invisible -= 1
             del part.held[handle.offset]
             part.nbytes -= len(handle.msg.body)
-            part.touched = True
+            if not part.touched:
+                part.touched = True
+                self._dirty.add(part.tp)
             return
         if handle.state is HandleState.ACKED and handle.consumer == self.consumer_id:
             return
@@ -621,14 +623,15 @@ class PullEngine:
         heap = self._deadlines
         if heap and heap[0][0] <= now:
             actions = self._expire(now)
-        for part in self._parts.values():
-            if part.touched:
-                part.touched = False
-                self._dirty.add(part.tp)
         if self._dirty:
             store = now >= self._next_store
             if store:
                 self._next_store = now + self.options.store_interval_s
+                parts = self._parts
+                for tp in self._dirty:  # the set is cleared below: acks add to it again
+                    part = parts.get(tp)
+                    if part is not None:
+                        part.touched = False
             found = flow_and_offsets(self._parts, self._dirty, self.options.flow, store=store)
             if found:
                 actions = actions if actions is not _NO_ACTIONS else []
