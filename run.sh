@@ -32,6 +32,8 @@ setup() {
   fi
   echo "==> Kafka broker jars (pinned, from Maven Central, cached in $RMQ_KAFKA_HOME)"
   "$VENV/bin/python" -c "from adapter.embedded import ensure_jars; print('    ready:', ensure_jars())"
+  echo "==> the broker JVM's class archive (made once: every later node starts on about half the CPU)"
+  "$VENV/bin/python" -c "from adapter.embedded.classes import ensure_class_archive; print('    ready:', ensure_class_archive())"
   echo "==> Spark Kafka/Avro connector jars (pinned to pyspark's version, cached in $RMQ_KAFKA_HOME)"
   "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; jars = ensure_spark_jars(); print(f'    ready: {len(jars)} jars in', jars[0].parent)"
 }

@@ -35,7 +35,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -129,6 +129,7 @@ class EmbeddedKafka(ClusterMetadata):
         authorizer: bool = False,
         instances_dir: str | os.PathLike[str] | None = None,
         port: int | None = None,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError("name", name, "invalid instance name (use letters, digits, . _ -)")
@@ -149,6 +150,8 @@ class EmbeddedKafka(ClusterMetadata):
         #: the first node's client port (``None``: free ports, kept across restarts)
         self.port = port
         self.home = kafka_home(home)
+        #: extra options for each node's JVM (after ``$RMQ_KAFKA_JVM_OPTS``)
+        self.jvm_options: tuple[str, ...] = tuple(jvm_options)
         base = (
             Path(instances_dir).expanduser().resolve()
             if instances_dir is not None

@@ -3,12 +3,14 @@ file helpers (a cache root, an inter-process lock, log tails) the embedded broke
 Spark connector cache share::
 
     <home>/kafka-<KAFKA_VERSION>/lib/*.jar        home = $RMQ_KAFKA_HOME or ~/.cache/rmq-kafka
+    <home>/kafka-<KAFKA_VERSION>/classes-<jdk>.jsa  the JVMs' class archive (embedded.classes)
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import re
@@ -22,10 +24,13 @@ from pathlib import Path
 from adapter.errors import AdapterError, ConfigError
 
 __all__ = [
+    "DUMP_OPTION",
     "HOME_ENV",
     "JVM_OPTS_ENV",
     "KAFKA_VERSION",
     "EmbeddedKafkaError",
+    "archive_options",
+    "class_archive",
     "copy_maven_dependencies",
     "ensure_jars",
     "file_lock",
@@ -82,6 +87,28 @@ def jvm_options() -> list[str]:
         return shlex.split(value)
     except ValueError as exc:
         raise ConfigError(JVM_OPTS_ENV, value, f"cannot be split into options ({exc})") from exc
+
+
+#: the JVM option that writes an archive of the classes loaded, at exit
+DUMP_OPTION = "-XX:ArchiveClassesAtExit="
+
+
+def class_archive(lib: Path) -> Path:
+    """The archive for the jars in ``lib`` and the ``java`` this process would run: its name
+    carries the JDK's path, size and time, so another JDK never maps one it did not write."""
+    java = Path(which("java")).resolve()
+    st = java.stat()
+    key = hashlib.sha256(f"{java}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    return lib.parent / f"classes-{key}.jsa"
+
+
+def archive_options(lib: Path, options: list[str]) -> list[str]:
+    """The option that maps the archive for ``lib``, when it exists and ``options`` (the
+    JVM's other options) do not dump one themselves (a JVM cannot do both)."""
+    if any(o.startswith(DUMP_OPTION) for o in options):
+        return []
+    archive = class_archive(lib)
+    return [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
 
 
 def kafka_version() -> str:

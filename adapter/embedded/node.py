@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka.admin import AdminClient
 
 from adapter.embedded.jars import (
+    DUMP_OPTION,
     LOG_TAIL_LINES,
     EmbeddedKafkaError,
+    archive_options,
     ensure_jars,
     file_lock,
     file_tail,
@@ -417,6 +419,9 @@ class KafkaNode:
         )
 
     def java_cmd(self, lib: Path, heap: str, main: str, *args: str) -> list[str]:
+        options = [*jvm_options(), *self.cluster.jvm_options]
+        if main != "kafka.Kafka":  # an archive is written by a node, not by a format
+            options = [o for o in options if not o.startswith(DUMP_OPTION)]
         return [
             which("java"),
             f"-Xmx{heap}",
@@ -425,7 +430,8 @@ class KafkaNode:
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.directory}",
             f"-XX:ErrorFile={self.directory / 'hs_err_pid%p.log'}",
-            *jvm_options(),
+            *options,
+            *archive_options(lib, options),
             "-cp",
             f"{lib}/*",
             main,

@@ -25,6 +25,7 @@ import tenacity
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -131,6 +132,16 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> N
         c.close()
 
 
+#: a describe answered by a broker that is not (yet) the group's coordinator
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
 def describe(bootstrap: str, group: str) -> Any:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return admin.describe_consumer_groups([group])[group].result(timeout=15)
@@ -140,7 +151,13 @@ def wait_stable(bootstrap: str, group: str, members: int, partitions: int) -> No
     """Until the group has ``members`` members sharing all ``partitions`` partitions."""
 
     def stable() -> bool:
-        d = describe(bootstrap, group)
+        try:
+            d = describe(bootstrap, group)
+        except KafkaException as exc:  # a new group's coordinator loading or moving
+            err = exc.args[0]
+            if err.retriable() or err.code() in _COORDINATOR_MOVING:
+                return False
+            raise
         owned = sum(len(m.assignment.topic_partitions) for m in d.members)
         return (
             d.state.name == "STABLE"

@@ -1,5 +1,6 @@
 """``RMQ_KAFKA_JVM_OPTS``: extra JVM options for the embedded nodes (``./run.sh test`` starts
-its short-lived brokers with the client compiler only)."""
+its short-lived brokers with the client compiler only); the class archive every node and
+storage format maps once it exists."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from adapter.embedded import EmbeddedKafka
+from adapter.embedded.classes import DUMP_OPTION, class_archive
 from adapter.embedded.jars import JVM_OPTS_ENV, jvm_options
 from adapter.errors import ConfigError
 
@@ -39,3 +41,34 @@ def test_every_node_command_carries_them_before_the_class_path(
     assert "-XX:TieredStopAtLevel=1" in cmd
     assert cmd.index("-XX:TieredStopAtLevel=1") < cmd.index("-cp")
     assert cmd[-2:] == ["kafka.Kafka", "server.properties"]
+
+
+def test_a_class_archive_is_mapped_once_it_exists(tmp_path: Path) -> None:
+    lib = tmp_path / "kafka-x" / "lib"
+    lib.mkdir(parents=True)
+    node = EmbeddedKafka("cds", instances_dir=tmp_path).node(1)
+    before = node.java_cmd(lib, "256m", "kafka.Kafka", "server.properties")
+    assert not [o for o in before if o.startswith("-XX:SharedArchiveFile=")]
+
+    archive = class_archive(lib)
+    assert archive.parent == lib.parent  # beside the jars it was made from
+    archive.write_bytes(b"")
+    for main in ("kafka.Kafka", "kafka.tools.StorageTool"):  # nodes and formats
+        cmd = node.java_cmd(lib, "256m", main)
+        assert f"-XX:SharedArchiveFile={archive}" in cmd
+        assert cmd.index(f"-XX:SharedArchiveFile={archive}") < cmd.index("-cp")
+
+
+def test_a_node_that_writes_the_archive_maps_none_and_its_format_writes_none(
+    tmp_path: Path,
+) -> None:
+    lib = tmp_path / "kafka-x" / "lib"
+    lib.mkdir(parents=True)
+    class_archive(lib).write_bytes(b"")
+    dump = DUMP_OPTION + str(tmp_path / "new.jsa")
+    node = EmbeddedKafka("cds", instances_dir=tmp_path, jvm_options=[dump]).node(1)
+    cmd = node.java_cmd(lib, "256m", "kafka.Kafka", "server.properties")
+    assert dump in cmd
+    assert not [o for o in cmd if o.startswith("-XX:SharedArchiveFile=")]
+    fmt = node.java_cmd(lib, "256m", "kafka.tools.StorageTool", "format")
+    assert dump not in fmt
