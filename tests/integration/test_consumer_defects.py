@@ -1,4 +1,4 @@
-"""Regression tests for the consumer defects of issue 11 (fixed in 373ceea, "Consume engine").
+"""Regression tests for consumer defects found in review (each fixed in the consume engine).
 
 One test (or a few) per defect, on the session's real broker, each on its own topic, group
 and namespace.  Every docstring names the defect and what the code before the fix

@@ -5,9 +5,9 @@ The tier itself is opt-in (``./run.sh conformance``); these tests keep what it r
 rotting between its runs: the comparator reports a difference it should (so the tier can fail),
 the accepted-differences table parses and matches as documented, every row still concerns a
 scenario that exists, and the README's table and ``docs/semantics.md`` §8.1 list exactly the
-rows of ``tests/conformance/accepted_differences.md`` (issue 23: "every accepted difference is
-also a sentence in docs/semantics.md", "the README ... lists the accepted differences in one
-table") with the scenario count the tier runs.
+rows of ``tests/conformance/accepted_differences.md`` (every accepted difference is also a
+sentence in docs/semantics.md, and the README lists them in one table) with the scenario
+count the tier runs.
 """
 
 from __future__ import annotations
