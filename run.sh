@@ -36,6 +36,8 @@ setup() {
   "$VENV/bin/python" -c "from adapter.embedded.classes import ensure_class_archive; print('    ready:', ensure_class_archive())"
   echo "==> Spark Kafka/Avro connector jars (pinned to pyspark's version, cached in $RMQ_KAFKA_HOME)"
   "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; jars = ensure_spark_jars(); print(f'    ready: {len(jars)} jars in', jars[0].parent)"
+  echo "==> the Spark driver JVM's class archive (made once: every later local driver starts on about half the CPU)"
+  "$VENV/bin/python" -c "from adapter.analytics.classes import ensure_spark_class_archive; print('    ready:', ensure_spark_class_archive())"
 }
 
 cmd="${1:-help}"

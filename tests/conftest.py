@@ -27,6 +27,7 @@ _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 _GROUPS = {
     "test_analytics_spark.py": "spark",
     "test_analytics_transforms.py": "spark",
+    "test_analytics_classes.py": "spark",
     # the Spark group's session (one Spark JVM fewer): without its Spark row's warm-up
     # jobs (``--no-warm-up``) it adds about a minute to the group, not four
     "test_analytics_bench.py": "spark",

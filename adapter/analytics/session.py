@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from adapter.analytics.classes import archive_java_option
 from adapter.analytics.jars import AnalyticsError, ensure_spark_jars
 
 __all__ = ["SPARK_DEFAULTS", "build_spark_session", "jaas_config", "kafka_options"]
@@ -213,6 +214,11 @@ def build_spark_session(
         jars = ",".join(str(p) for p in ensure_spark_jars())
         existing = settings.get("spark.jars")
         settings["spark.jars"] = f"{existing},{jars}" if existing else jars
+        # the driver JVM starts here: on about half the CPU with the class archive
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        archive = archive_java_option(options)
+        if archive:
+            settings["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
     else:
         # spark-submit has started the driver JVM: its --jars are what the driver can load
         settings.pop("spark.driver.memory", None)
