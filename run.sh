@@ -32,12 +32,15 @@ setup() {
   fi
   echo "==> Kafka broker jars (pinned, from Maven Central, cached in $RMQ_KAFKA_HOME)"
   "$VENV/bin/python" -c "from adapter.embedded import ensure_jars; print('    ready:', ensure_jars())"
-  echo "==> the broker JVM's class archive (made once: every later node starts on about half the CPU)"
-  "$VENV/bin/python" -c "from adapter.embedded.classes import ensure_class_archive; print('    ready:', ensure_class_archive())"
   echo "==> Spark Kafka/Avro connector jars (pinned to pyspark's version, cached in $RMQ_KAFKA_HOME)"
   "$VENV/bin/python" -c "from adapter.analytics.jars import ensure_spark_jars; jars = ensure_spark_jars(); print(f'    ready: {len(jars)} jars in', jars[0].parent)"
-  echo "==> the Spark driver JVM's class archive (made once: every later local driver starts on about half the CPU)"
-  "$VENV/bin/python" -c "from adapter.analytics.classes import ensure_spark_class_archive; print('    ready:', ensure_spark_class_archive())"
+  # made once each, side by side: every later broker node and local Spark driver maps its
+  # classes instead of loading them from the jars, and starts on about half the CPU
+  echo "==> the class archives of the broker's and the Spark driver's JVMs"
+  "$VENV/bin/python" -c "from adapter.embedded.classes import ensure_class_archive; print('    broker:', ensure_class_archive())" &
+  local broker_archive=$!
+  "$VENV/bin/python" -c "from adapter.analytics.classes import ensure_spark_class_archive; print('    Spark driver:', ensure_spark_class_archive())"
+  wait "$broker_archive"
 }
 
 cmd="${1:-help}"
