@@ -20,7 +20,6 @@ build, another pyspark) says so and does the same.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -29,7 +28,7 @@ import sys
 from pathlib import Path
 
 from adapter.analytics.jars import connector_dir, ensure_spark_jars, pyspark_jars_dir
-from adapter.embedded.jars import DUMP_OPTION, which
+from adapter.embedded.jars import DUMP_OPTION, make_class_archive, which
 
 __all__ = ["archive_java_option", "ensure_spark_class_archive", "spark_class_archive"]
 
@@ -66,18 +65,8 @@ def ensure_spark_class_archive(home: str | os.PathLike[str] | None = None) -> Pa
     return it, or ``None`` when it cannot be made (logged: drivers then start without it).
     Another process making it at the same time is not waited for."""
     ensure_spark_jars(home)
-    archive = spark_class_archive(home)
-    if archive.is_file():
-        return archive
-    lock = archive.with_name(archive.name + ".lock")
-    with lock.open("a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None  # someone else is writing it
-        if archive.is_file():
-            return archive
-        tmp = archive.with_name(f"{archive.name}.tmp-{os.getpid()}")
+
+    def write(tmp: Path) -> bool:
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "adapter.analytics.classes", "--dump", str(tmp)],
@@ -88,18 +77,17 @@ def ensure_spark_class_archive(home: str | os.PathLike[str] | None = None) -> Pa
             )
         except subprocess.TimeoutExpired:
             log.warning("no class archive for the Spark driver: its run timed out")
-            tmp.unlink(missing_ok=True)
-            return None
-        if proc.returncode != 0 or not tmp.is_file():
+            return False
+        if proc.returncode != 0:
             log.warning(
                 "no class archive for the Spark driver (exit %s): %s",
                 proc.returncode,
-                proc.stderr.strip().splitlines()[-1:] or "the JVM wrote none",
+                proc.stderr.strip().splitlines()[-1:],
             )
-            tmp.unlink(missing_ok=True)
-            return None
-        tmp.replace(archive)
-    return archive
+            return False
+        return True
+
+    return make_class_archive(spark_class_archive(home), write)
 
 
 def _dump(path: str) -> None:

@@ -17,7 +17,6 @@ node's ``stdout.log`` and does the same.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import tempfile
@@ -30,6 +29,7 @@ from adapter.embedded.jars import (
     archive_options,
     class_archive,
     ensure_jars,
+    make_class_archive,
 )
 
 __all__ = ["DUMP_OPTION", "archive_options", "class_archive", "ensure_class_archive"]
@@ -42,18 +42,8 @@ def ensure_class_archive(home: str | os.PathLike[str] | None = None) -> Path | N
     it, or ``None`` when it cannot be made (logged: nodes then start without it). Another
     process making it at the same time is not waited for."""
     lib = ensure_jars(home)
-    archive = class_archive(lib)
-    if archive.is_file():
-        return archive
-    lock = archive.with_name(archive.name + ".lock")
-    with lock.open("a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None  # someone else is writing it
-        if archive.is_file():
-            return archive
-        tmp = archive.with_name(f"{archive.name}.tmp-{os.getpid()}")
+
+    def write(tmp: Path) -> bool:
         with tempfile.TemporaryDirectory(prefix="rmq-kafka-classes-") as instances:
             node = EmbeddedKafka(
                 "classes", home, instances_dir=instances, jvm_options=[DUMP_OPTION + str(tmp)]
@@ -62,11 +52,9 @@ def ensure_class_archive(home: str | os.PathLike[str] | None = None) -> Path | N
                 node.start(fresh=True)
             except EmbeddedKafkaError as exc:
                 _log.warning("no class archive for the broker's JVMs: %s", exc)
-                return None
+                return False
             finally:
                 node.stop()  # the JVM writes the archive as it exits
-        if not tmp.is_file():
-            _log.warning("no class archive for the broker's JVMs: the JVM wrote none")
-            return None
-        tmp.replace(archive)
-    return archive
+        return True
+
+    return make_class_archive(class_archive(lib), write)

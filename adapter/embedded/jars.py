@@ -39,6 +39,7 @@ __all__ = [
     "kafka_home",
     "kafka_version",
     "lib_dir",
+    "make_class_archive",
     "tail",
     "which",
 ]
@@ -109,6 +110,29 @@ def archive_options(lib: Path, options: list[str]) -> list[str]:
         return []
     archive = class_archive(lib)
     return [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
+
+
+def make_class_archive(archive: Path, write: Callable[[Path], bool]) -> Path | None:
+    """``archive``, made once by ``write(tmp)`` (a JVM run that writes ``tmp`` as it exits;
+    ``False``: it could not) and moved into place whole; ``None`` when it could not be made,
+    or while another process is making it (never waited for)."""
+    if archive.is_file():
+        return archive
+    lock = archive.with_name(archive.name + ".lock")
+    with lock.open("a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # someone else is writing it
+        if archive.is_file():
+            return archive
+        tmp = archive.with_name(f"{archive.name}.tmp-{os.getpid()}")
+        if not (write(tmp) and tmp.is_file()):
+            _log.warning("no class archive %s: the JVM wrote none", archive.name)
+            tmp.unlink(missing_ok=True)
+            return None
+        tmp.replace(archive)
+    return archive
 
 
 def kafka_version() -> str:

@@ -4,13 +4,14 @@ storage format maps once it exists."""
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 import pytest
 
 from adapter.embedded import EmbeddedKafka
 from adapter.embedded.classes import DUMP_OPTION, class_archive
-from adapter.embedded.jars import JVM_OPTS_ENV, jvm_options
+from adapter.embedded.jars import JVM_OPTS_ENV, jvm_options, make_class_archive
 from adapter.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -72,3 +73,35 @@ def test_a_node_that_writes_the_archive_maps_none_and_its_format_writes_none(
     assert not [o for o in cmd if o.startswith("-XX:SharedArchiveFile=")]
     fmt = node.java_cmd(lib, "256m", "kafka.tools.StorageTool", "format")
     assert dump not in fmt
+
+
+def test_an_archive_is_made_once_whole_and_never_waited_for(tmp_path: Path) -> None:
+    archive = tmp_path / "classes-x.jsa"
+    calls: list[Path] = []
+
+    def fails(tmp: Path) -> bool:
+        calls.append(tmp)
+        tmp.write_bytes(b"half")  # a JVM that died while writing
+        return False
+
+    assert make_class_archive(archive, fails) is None
+    assert not archive.exists() and not calls[0].exists()  # nothing half-made is left
+
+    def writes(tmp: Path) -> bool:
+        calls.append(tmp)
+        assert not archive.exists()  # written aside, moved into place whole
+        tmp.write_bytes(b"classes")
+        return True
+
+    assert make_class_archive(archive, writes) == archive
+    assert archive.read_bytes() == b"classes"
+    assert make_class_archive(archive, writes) == archive  # made once
+    assert len(calls) == 2
+
+
+def test_an_archive_another_process_is_making_is_not_waited_for(tmp_path: Path) -> None:
+    archive = tmp_path / "classes-x.jsa"
+    with (tmp_path / "classes-x.jsa.lock").open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        # a lock of another open file description: as if another process held it
+        assert make_class_archive(archive, lambda tmp: pytest.fail("not its turn")) is None
