@@ -130,9 +130,9 @@ class ClientClosedError(AdapterError, RuntimeError):
 
 class InvalidReceiptHandleError(AdapterError):
     """A SimpleConsumer receipt handle that cannot be used (RocketMQ's
-    ``INVALID_RECEIPT_HANDLE``): expired, superseded by ``change_invisible_duration()``,
-    already acknowledged (for a change), of a partition that was revoked, or issued by
-    another consumer.  Nothing was changed.  ``handle`` is the handle's text form."""
+    ``INVALID_RECEIPT_HANDLE``): expired, already acknowledged (for a change), of a
+    partition that was revoked, or issued by another consumer.  Nothing was changed.
+    ``handle`` is the handle's text form."""
 
     def __init__(self, handle: str, reason: str) -> None:
         super().__init__(f"invalid receipt handle {handle}: {reason}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Unpack
@@ -75,6 +75,7 @@ from adapter.core.share import (
 from adapter.core.types import TP
 from adapter.errors import (
     ClientClosedError,
+    ClientLoopError,
     ConfigError,
     InvalidInputError,
     UnackedLimitError,
@@ -163,6 +164,9 @@ class ShareSimpleConsumer(SimpleConsumer):
         # the hot paths take the plain lock (entered in C); waits go through the condition
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
+        #: threads waiting on ``_cond`` (changed under the lock): ``ack`` notifies only
+        #: when one waits (a notification is a chain of Python calls, once per receive)
+        self._waiters = 0
         #: the records of the polls (buffered, held, due for the DLQ), under ``_lock``
         self._poll = PollState(
             self.name,
@@ -176,6 +180,13 @@ class ShareSimpleConsumer(SimpleConsumer):
             cond=self._cond,
         )
         self._producer: confluent_kafka.Producer | None = None
+        #: the ack path's call into librdkafka: ``kc.acknowledge`` bound at start, then
+        #: :meth:`_raise_stopped` once the upkeep thread died (so ``ack`` raises at once
+        #: without a test of its own on its common path)
+        self._acknowledge: Callable[[Any, Any], None] = self._raise_stopped
+        #: ``PollState.acked`` when acknowledgements were last sent (a poll or a commit):
+        #: the upkeep sends those made since (``ack`` only counts them)
+        self._acked_sent = 0
         self._dead_in_flight = 0
         self._polling = False
         self._last_sent = 0.0
@@ -253,6 +264,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             raise ConfigError("config", None, f"share consumer refused: {exc}") from exc
         kc.set_acknowledgement_commit_callback(self._on_commit)
         self._poll.kc = kc
+        self._acknowledge = kc.acknowledge
         self._producer = confluent_kafka.Producer(
             {**producer_config(self._config), "acks": "all", "linger.ms": 0}
         )
@@ -310,7 +322,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             self._closed = True
             end = time.monotonic() + wait
             while self._polling and time.monotonic() < end:
-                self._cond.wait(0.1)
+                self._wait(0.1)
             for v in [*self._poll.revoke_all(), *self._poll.drain()]:
                 if v.count >= self.delivery_limit:
                     v.state = HandleState.EXPIRED
@@ -331,11 +343,12 @@ class ShareSimpleConsumer(SimpleConsumer):
     close = shutdown
 
     def check_alive(self) -> None:
-        """Raise what stopped the consumer; :class:`ClientClosedError` when not running."""
+        """Raise what stopped the consumer (:class:`ClientLoopError` when its upkeep thread
+        died, with the cause); :class:`ClientClosedError` when not running."""
         if not self._started:
             raise ClientClosedError(f"{self.name} is not started")
         if self._error is not None:
-            raise self._error
+            raise ClientLoopError(self.name, self._error) from self._error
         if self._closed:
             raise ClientClosedError(f"{self.name} was shut down")
 
@@ -395,7 +408,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 if not idle or self._polling:
                     if now >= end:
                         return []
-                    self._cond.wait(min(end - now, _TICK_S))
+                    self._wait(min(end - now, _TICK_S))
                     continue
                 self._polling = True
                 resubscribe, self._resubscribe = self._resubscribe, False
@@ -410,6 +423,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                     self._polling = False
                     self._last_sent = clock()
                     state.pending_acks = False  # the poll carried them
+                    self._acked_sent = state.acked
                     if batch:
                         state.accept(batch, clock())
                     self._cond.notify_all()
@@ -481,17 +495,21 @@ class ShareSimpleConsumer(SimpleConsumer):
                     if self._closed:
                         return
                     now = time.monotonic()
+                    poll = self._poll
                     if not self._polling:
-                        self._poll.expire(now)
-                        if self._poll.pending_acks and now - self._last_sent >= _ACK_FLUSH_S:
-                            self._poll.kc.commit_async()
-                            self._poll.pending_acks = False
+                        poll.expire(now)
+                        pending = poll.pending_acks or poll.acked != self._acked_sent
+                        if pending and now - self._last_sent >= _ACK_FLUSH_S:
+                            poll.kc.commit_async()
+                            poll.pending_acks = False
+                            self._acked_sent = poll.acked
                             self._last_sent = now
                 if self._poll.dead:
                     self._flush_dead_letters()
-        except Exception as exc:  # the consumer stops; check_alive() raises it
+        except Exception as exc:  # the consumer stops: receive, ack, ... raise it
             log.exception("%s: upkeep failed", self.name)
             self._error = exc
+            self._acknowledge = self._raise_stopped
             on_error = self.share_options.on_error
             if on_error is not None:
                 on_error(exc)
@@ -502,10 +520,33 @@ class ShareSimpleConsumer(SimpleConsumer):
             self._ack_failures += 1
             log.warning("%s: acknowledgement failed at the broker: %s", self.name, exc)
 
+    def _wait(self, timeout: float) -> None:
+        """Under the lock: wait on the condition up to ``timeout`` seconds, counted in
+        ``_waiters`` meanwhile."""
+        self._waiters += 1
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._waiters -= 1
+
+    def _raise_stopped(self, *args: Any) -> None:
+        """``_acknowledge`` before start and once the upkeep thread died: what stopped the
+        consumer, raised before the view changes."""
+        del args
+        self._require_running()
+        raise ClientClosedError(f"{self.name} is not running")
+
     # -- acknowledging ---------------------------------------------------------------------
     def ack(self, message: MessageView) -> None:
         """Acknowledge ``message`` (ACCEPT; sent with the next poll or within a tick).
-        Again: harmless; expired or another consumer's: :class:`InvalidReceiptHandleError`."""
+        Again: harmless; expired or another consumer's: :class:`InvalidReceiptHandleError`;
+        after the upkeep thread died: :class:`ClientLoopError`.
+
+        Thread-safe: the check and the acknowledgement run under the consumer's lock (the
+        upkeep thread ends expired holds under it, and librdkafka's share consumer is not
+        thread-safe).  The deadline is checked against the clock on every call: the upkeep
+        may end an expired hold late (it writes dead letters outside the lock), and an
+        acknowledgement it has not seen yet must not be taken after the hold's deadline."""
         v = message if type(message) is ShareMessageView else share_view_of(message)
         poll = self._poll
         lock = self._lock
@@ -515,17 +556,19 @@ class ShareSimpleConsumer(SimpleConsumer):
         try:
             # the common case, inline: a live hold of this consumer (a view handed out is
             # held while invisible; a shutdown revokes every hold, so a closed consumer
-            # fails the first test; the unhold, inlined)
+            # fails the first test; the unhold, inlined).  ``_acknowledge`` raises when the
+            # upkeep died, before anything changes; the acknowledgement is counted, and the
+            # upkeep sends what the counts say no poll carried yet.
             hold = v.hold
             if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > _monotonic():
-                poll.kc.acknowledge(v.record, _ACCEPT)
+                self._acknowledge(v.record, _ACCEPT)
                 v.state = _ACKED
                 poll.acked += 1
-                poll.pending_acks = True
                 poll.unacked -= 1
                 if not poll.unacked:
                     poll.holds.clear()
-                    self._cond.notify_all()
+                    if self._waiters:  # a receive waits for the batch to be settled
+                        self._cond.notify_all()
                 return
             self._ack_slow(v)
         finally:
@@ -535,7 +578,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         """Under the lock: :meth:`ack` of anything but a live hold of this consumer."""
         if v.state is _ACKED and v.hold.owner == self._poll.owner:
             return
-        if self._poll.kc is None or self._closed:
+        if self._poll.kc is None or self._closed or self._error is not None:
             self._require_running()
         v = self._poll.live(v, time.monotonic())
         self._poll.unhold(v)

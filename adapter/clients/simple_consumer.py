@@ -656,8 +656,8 @@ class SimpleConsumer:
     # -- acknowledging ---------------------------------------------------------------------
     def ack(self, message: MessageView) -> None:
         """Acknowledge ``message``: it is consumed and its offset may be committed.
-        Acknowledging it again is harmless; an expired, superseded or revoked handle, or
-        one of another consumer, raises
+        Acknowledging it again is harmless; an expired or revoked handle, or one of another
+        consumer, raises
         :class:`~adapter.errors.InvalidReceiptHandleError` and changes nothing."""
         # the checks of handle_of and _require_running only off the common path (the view
         # is its own receipt handle)
@@ -665,7 +665,12 @@ class SimpleConsumer:
             message = handle_of(message)
             self._require_running()
         # acquire/release rather than ``with``: the statement's lookups cost more than the
-        # lock itself, once per message
+        # lock itself, once per message.  The lock stays: the engine's counters and the
+        # handle's state change together, and the loop thread expires handles under it (a
+        # GIL-atomic hand-over drained by that thread costs as much as the lock and lets an
+        # expiry slip between an ack's check and its hand-over).  The clock is read per
+        # call: an ack after the deadline fails even when the loop has not expired the
+        # handle yet.
         lock = self._lock
         lock.acquire()
         try:

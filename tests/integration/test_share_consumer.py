@@ -26,8 +26,9 @@ from confluent_kafka.admin import (
 
 from adapter import ConfigError, InvalidInputError, Message
 from adapter.clients.share_consumer import ShareSimpleConsumer
+from adapter.clients.share_poll import PollState
 from adapter.clients.simple_consumer import MessageView, SimpleConsumer
-from adapter.errors import InvalidReceiptHandleError
+from adapter.errors import ClientLoopError, InvalidReceiptHandleError
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
 from tests.support.share_procs import ShareConsumerProcess
 from tests.support.simple_backends import (
@@ -295,4 +296,30 @@ def test_late_ack_double_ack_and_another_consumers_handle(
             assert sc.stats()["acked"] == 2
     finally:
         other.shutdown()
+        sc.shutdown()
+
+
+def test_ack_and_receive_raise_at_once_once_the_upkeep_thread_died(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the classic backend once its loop died: ``ack`` of a message still held, and
+    ``receive``, raise the consumer's :class:`ClientLoopError` (with the cause) at once."""
+    topic = kafka_topic_factory("share-died", partitions=1)
+    died = threading.Event()
+    sc = share(kafka_bootstrap_servers, topic, new_group(), on_error=lambda exc: died.set())
+    try:
+        bodies(kafka_bootstrap_servers, topic, 2)
+        held = receive_until(sc, 2, LOCK_S / 2)
+
+        def broken(self: PollState, now: float) -> None:
+            raise RuntimeError("upkeep broke")
+
+        monkeypatch.setattr(PollState, "expire", broken)
+        assert died.wait(10), "the upkeep thread did not die"
+        with pytest.raises(ClientLoopError, match="upkeep broke"):
+            sc.ack(held[0])
+        with pytest.raises(ClientLoopError, match="upkeep broke"):
+            sc.receive(1, 1)
+    finally:
+        monkeypatch.undo()
         sc.shutdown()

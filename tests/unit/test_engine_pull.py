@@ -190,18 +190,6 @@ class TestExpiry:
         [copy] = copies(eng.tick(5.0))
         assert isinstance(copy.dest, DeadLetter)
 
-    def test_change_invisible_duration_postpones_and_supersedes(self) -> None:
-        eng = engine()
-        fetch(eng, TP, 0, 1)
-        [h] = eng.receive(1, 5.0, now=0.0)
-        new = eng.change_invisible_duration(h, 20.0, now=4.0)
-        assert new.deadline == 24.0 and str(new) != str(h)
-        assert copies(eng.tick(10.0)) == []
-        with pytest.raises(InvalidReceiptHandleError, match="superseded"):
-            eng.ack(h, now=10.0)
-        eng.ack(new, now=23.0)
-        assert eng.committable(TP) == 1
-
     def test_renew_postpones_the_same_handle_under_a_new_text(self) -> None:
         """The SimpleConsumer's view is its handle: the application keeps the object."""
         eng = engine()
@@ -250,7 +238,7 @@ class TestExpiry:
         assert [h.offset for h in got] == [0, 1, 2]
         eng.ack(got[1], now=1.0)
         assert eng.unacked == 2
-        assert type(eng.change_invisible_duration(got[0], 9.0, now=1.0)) is View
+        assert type(eng.renew(got[0], 9.0, now=1.0)) is View
 
     def test_handles_of_an_assignment_replaced_without_a_revoke_are_refused(self) -> None:
         eng = engine()
@@ -277,15 +265,15 @@ class TestExpiry:
         assert copies(eng.tick(30.0)) == []
         assert eng.next_due() is None
 
-    def test_change_invisible_duration_may_shorten_to_now(self) -> None:
+    def test_renew_to_zero_expires_now_and_the_handle_is_then_refused(self) -> None:
         eng = engine()
         fetch(eng, TP, 0, 1)
         [h] = eng.receive(1, 60.0, now=0.0)
-        new = eng.change_invisible_duration(h, 0.0, now=1.0)
+        eng.renew(h, 0.0, now=1.0)
         [copy] = copies(eng.tick(1.0))
         assert copy.dest == RetryNow(1)
         with pytest.raises(InvalidReceiptHandleError, match="expired"):
-            eng.change_invisible_duration(new, 10.0, now=1.0)
+            eng.renew(h, 10.0, now=1.0)
 
     def test_an_acked_message_cannot_change_its_duration(self) -> None:
         eng = engine()
@@ -293,7 +281,7 @@ class TestExpiry:
         [h] = eng.receive(1, 60.0, now=0.0)
         eng.ack(h, now=1.0)
         with pytest.raises(InvalidReceiptHandleError, match="already acknowledged"):
-            eng.change_invisible_duration(h, 10.0, now=1.0)
+            eng.renew(h, 10.0, now=1.0)
 
     def test_a_transient_refusal_makes_the_message_visible_again_with_its_attempt_counted(
         self,
@@ -452,7 +440,6 @@ _ops = st.lists(
         st.tuples(st.just("gapped fetch"), st.integers(0, 1), st.integers(1, 4)),
         st.tuples(st.just("receive"), st.integers(1, 6), st.integers(1, 4)),
         st.tuples(st.just("ack"), st.integers(0, 50), st.integers(0, 0)),
-        st.tuples(st.just("change"), st.integers(0, 50), st.integers(0, 4)),
         st.tuples(st.just("renew"), st.integers(0, 50), st.integers(0, 4)),
         st.tuples(st.just("time"), st.integers(1, 3), st.integers(0, 0)),
         st.tuples(st.just("publish"), st.integers(0, 20), st.integers(0, 3)),
@@ -539,10 +526,6 @@ def test_offsets_never_pass_an_unsettled_message_and_nothing_is_visible_twice(
             else:
                 if current(h.tp, h.generation):
                     unsettled[h.tp].discard(h.offset)
-        elif op == "change" and handles:
-            h = handles[a % len(handles)]
-            with contextlib.suppress(InvalidReceiptHandleError):
-                handles.append(eng.change_invisible_duration(h, float(b), now))
         elif op == "renew" and handles:
             h = handles[a % len(handles)]
             with contextlib.suppress(InvalidReceiptHandleError):

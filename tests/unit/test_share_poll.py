@@ -155,3 +155,36 @@ def test_an_expired_hold_of_a_receive_ends_each_of_its_views() -> None:
     assert kc.acks == [(0, RELEASE)] and state.unacked == 1
     assert first[0].state is HandleState.EXPIRED  # type: ignore[attr-defined]
     assert state.live(second[0], 5.0) is second[0]
+
+
+def real(offset: int, count: int = 1, topic: str = "orders", error: Any = None) -> Any:
+    """A librdkafka record (``take`` judges a poll of them in C-level passes)."""
+    return confluent_kafka.Message(
+        topic=topic, partition=0, offset=offset, value=b"x", delivery_count=count, error=error
+    )
+
+
+@pytest.mark.parametrize(
+    ("records", "offsets", "counts", "released"),
+    [
+        # a clean poll, all taken: every record viewed, first deliveries
+        ([real(0), real(1), real(2)], [0, 1, 2], [1, 1, 1], []),
+        # one redelivered, one unsubscribed, one in error: looked at one by one
+        ([real(0), real(1, count=2), real(2)], [0, 1, 2], [1, 2, 1], []),
+        ([real(0), real(1, topic="gone"), real(2)], [0, 2], [1, 1], [1]),
+        ([real(0), real(1, error=confluent_kafka.KafkaError(-191)), real(2)], [0, 2], [1, 1], []),
+    ],
+)
+def test_take_of_librdkafkas_records_views_each_as_one_by_one(
+    records: list[Any], offsets: list[int], counts: list[int], released: list[int]
+) -> None:
+    state, kc = make_state()
+    state.accept(records, now=10.0)
+    views = state.take(32, invisible_s=5.0, now=10.0)
+    assert [v.record.offset() for v in views] == offsets  # type: ignore[attr-defined]
+    assert [v.count for v in views] == counts  # type: ignore[attr-defined]
+    assert [v.user_topic for v in views] == ["orders"] * len(offsets)  # type: ignore[attr-defined]
+    assert kc.acks == [(o, RELEASE) for o in released]
+    assert not state.buffer and state.unacked == len(offsets)
+    assert len({id(v.hold) for v in views}) == 1  # type: ignore[attr-defined]
+    assert all(v.state is HandleState.INVISIBLE for v in views)  # type: ignore[attr-defined]

@@ -19,8 +19,8 @@ message that is never acknowledged blocks neither the partition nor this consume
 ``receive(n, invisible_s, now)``                up to ``n`` handles, invisible until
                                                 ``now + invisible_s``
 ``ack(handle, now)``                            settle it (twice: harmless)
-``change_invisible_duration(h, s, now)``        a new handle, invisible until ``now + s``
-``renew(h, s, now)``                            the same, in place (a view that is its handle)
+``renew(h, s, now)``                            invisible until ``now + s`` instead, under a
+                                                new token (``change_invisible_duration``)
 ``tick(now)``                                   expired handles → :class:`SendBack` s; flow
                                                 control; offsets that moved
 ``published`` / ``publish_failed``              a copy acknowledged (settled) / refused
@@ -122,8 +122,6 @@ class HandleState(str, Enum):
     """Acknowledged (acknowledging again is harmless)."""
     EXPIRED = "EXPIRED"
     """The deadline passed: the message went to the retry path (or the DLQ)."""
-    SUPERSEDED = "SUPERSEDED"
-    """``change_invisible_duration`` issued a new handle for the message."""
     REVOKED = "REVOKED"
     """Its partition moved to another member, which reads the message again."""
 
@@ -490,24 +488,12 @@ class PullEngine:
         self._invisible -= 1
         self._settle(part, handle.offset)
 
-    def change_invisible_duration(
-        self, handle: ReceiptHandle, invisible_s: float, now: float
-    ) -> ReceiptHandle:
-        """Make the message invisible until ``now + invisible_s`` (shorter or longer than
-        before; 0 makes it expire now) under a new handle; the old one is superseded."""
-        part = self._live(handle, now)
-        lease = Lease(self.consumer_id, next(self._tokens), part, now + invisible_s, invisible_s)
-        new = self.handle_type(lease, handle.msg)
-        handle.state = HandleState.SUPERSEDED
-        part.held[handle.offset] = new
-        self._push(lease, [new])
-        return new
-
     def renew(self, handle: ReceiptHandle, invisible_s: float, now: float) -> ReceiptHandle:
-        """:meth:`change_invisible_duration` in place: ``handle`` itself becomes invisible
-        until ``now + invisible_s`` under a new token (its earlier text form no longer
-        names it).  For a consumer whose message view is its handle: the application keeps
-        the object it received.  Returns ``handle``."""
+        """RocketMQ's ``change_invisible_duration``, in place: the message becomes
+        invisible until ``now + invisible_s`` (shorter or longer than before; 0 makes it
+        expire now) and ``handle`` itself stays its handle, under a new token (its earlier
+        text form no longer names it): the consumer's message view is its handle, and the
+        application keeps the object it received.  Returns ``handle``."""
         part = self._live(handle, now)
         lease = Lease(self.consumer_id, next(self._tokens), part, now + invisible_s, invisible_s)
         # its earlier lease keeps it in its list: _expire and _compact skip a handle whose
@@ -528,11 +514,6 @@ class PullEngine:
         part = self._parts.get(handle.tp)
         if state is HandleState.ACKED:
             raise InvalidReceiptHandleError(text, "the message was already acknowledged")
-        if state is HandleState.SUPERSEDED:
-            raise InvalidReceiptHandleError(
-                text,
-                "superseded by change_invisible_duration(); use the handle it returned",
-            )
         if state is HandleState.REVOKED or part is None or part.generation != handle.generation:
             raise InvalidReceiptHandleError(
                 text,
