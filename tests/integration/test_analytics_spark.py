@@ -4,13 +4,14 @@
   tracing on: the streaming job's metrics equal the known counts exactly, and the DLQ report
   finds exactly the dead letters (table, CSV, PNG, Avro export);
 * a restart from the checkpoint neither loses nor double counts;
-* the spark-submit entry point works.
+* the entry points work: ``rmq-kafka analytics stream|dlq-report``, ``spark/dlq_report.py``
+  run as a script, ``spark/consume_metrics.py`` under ``spark-submit``.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
+import runpy
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from adapter.analytics import transforms
+from adapter.analytics.classes import archive_java_option
 from adapter.analytics.jars import SparkAuthenticationError, spark_jars
 from adapter.analytics.jobs import (
     StreamJobOptions,
@@ -39,7 +41,7 @@ from adapter.analytics.jobs import (
     trace_source,
 )
 from adapter.analytics.session import kafka_options
-from adapter.analytics.testing import shared_spark
+from adapter.analytics.testing import TEST_DRIVER_JAVA_OPTIONS, shared_spark
 from adapter.cli import main as cli_main
 from adapter.clients.producer import Producer
 from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
@@ -198,26 +200,33 @@ def scenario(
             sc.submit[0].wait()
 
 
+#: the test driver's options and the class archive the set-up made (``build_spark_session``
+#: adds it to a local driver's; a spark-submit driver is started before any Python runs)
+_SUBMIT_JAVA_OPTIONS = (
+    f"{TEST_DRIVER_JAVA_OPTIONS} {archive_java_option(TEST_DRIVER_JAVA_OPTIONS)}".strip()
+)
+
+
 def _spark_submit(sc: Scenario, out: Path) -> tuple[subprocess.Popen[str], Path]:
+    """``spark-submit spark/consume_metrics.py`` in the background: a driver JVM of its own
+    (the test driver's JVM options: it lives seconds).  One script is enough: the two are
+    the same three lines around :func:`adapter.cli.analytics.main`, and what spark-submit
+    changes (its driver JVM, ``--jars``, the session builder's spark-submit branch) is the
+    same for both; ``dlq_report.py`` runs as a script in :func:`test_dlq_report`."""
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    common = [str(submit), "--master", "local[1]", "--driver-memory", "512m",
-              "--conf", "spark.ui.enabled=false", "--jars", spark_jars()]  # fmt: skip
-    report = [*common, str(ROOT / "spark" / "dlq_report.py"),
-              "-b", sc.bootstrap, "--group", sc.group, "--output", str(out / "report")]  # fmt: skip
-    metrics = [*common, str(ROOT / "spark" / "consume_metrics.py"),
+    command = [str(submit), "--master", "local[1]", "--driver-memory", "512m",
+               "--driver-java-options", _SUBMIT_JAVA_OPTIONS,
+               "--conf", "spark.ui.enabled=false", "--jars", spark_jars(),
+               str(ROOT / "spark" / "consume_metrics.py"),
                "-b", sc.bootstrap, "--trace-topic", sc.trace_topic, "--output",
                str(out / "metrics"), "--available-now", "--window", "1 minute",
                "--watermark", "30 seconds"]  # fmt: skip
-    # one after the other (one JVM at a time on two cores); output to files, not pipes:
-    # nobody drains a pipe while the other tests run
-    script = f"{shlex.join(report)} && {shlex.join(metrics)}"
+    # output to files, not pipes: nobody drains a pipe while the other tests run
     with (out / "stdout").open("w") as stdout, (out / "stderr").open("w") as stderr:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", script], env=env, stdout=stdout, stderr=stderr, text=True
-        )
+        proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True)
     return proc, out
 
 
@@ -267,14 +276,27 @@ def test_streaming_metrics_equal_the_known_counts(
     assert metrics.where(F.col("group") == "__tick__").count() == 0
 
 
-def test_dlq_report(spark: SparkSession, scenario: Scenario, tmp_path: Path) -> None:
+def test_dlq_report(
+    spark: SparkSession,
+    scenario: Scenario,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``spark/dlq_report.py`` run as a script (``__main__``, its own argument parsing) in
+    this process's Spark session; ``rmq-kafka analytics dlq-report`` is the empty report's
+    test."""
     sc = scenario
     out = tmp_path / "report"
-    rc = cli_main(
-        ["analytics", "dlq-report", "-b", sc.bootstrap, "--group", sc.group,
-         "--output", str(out), "--export"]
+    script = ROOT / "spark" / "dlq_report.py"
+    monkeypatch.setattr(
+        sys, "argv", [str(script), "-b", sc.bootstrap, "--group", sc.group,
+                      "--output", str(out), "--export"],
     )  # fmt: skip
-    assert rc == 0
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exited.value.code == 0
+    assert '"dead_letters": 2' in capsys.readouterr().out
     table = spark.read.parquet(str(out / "dlq_summary")).collect()
     got = {(r.origin_topic, r.tags, r.reason): (r.dead_letters, r.top_keys) for r in table}
     assert got == {
@@ -378,15 +400,14 @@ def test_restart_from_checkpoint_neither_loses_nor_double_counts(
 
 
 def test_spark_submit_entry_points(spark: SparkSession, scenario: Scenario) -> None:
-    """``spark-submit spark/dlq_report.py`` then ``spark/consume_metrics.py --available-now``
-    with the cached jars, as an operator runs them (started in the background when the
-    scenario finished: a second JVM takes a while)."""
+    """``spark-submit spark/consume_metrics.py --available-now`` with the cached jars, as an
+    operator runs it (started in the background when the scenario finished: a second JVM
+    takes a while)."""
     assert scenario.submit is not None
     proc, out = scenario.submit
     proc.wait(timeout=400)
     assert proc.returncode == 0, (out / "stderr").read_text()[-3000:]
-    assert '"dead_letters": 2' in (out / "stdout").read_text()
-    assert (out / "report" / "dlq_report.png").stat().st_size > 0
+    assert '"query": "consume-metrics-parquet"' in (out / "stdout").read_text()
     rows = read_metrics(spark, str(out / "metrics")).where(F.col("group") == scenario.group)
     totals = rows.agg(F.sum("succeeded"), F.sum("dlq_arrivals")).first()
     assert totals is not None and tuple(totals) == (OK + ONCE + TWICE, POISON + REJECT)
