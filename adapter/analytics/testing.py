@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -46,5 +47,7 @@ def shared_spark() -> Any:
             f" {TEST_DRIVER_JAVA_OPTIONS}",
         },
     )
+    # at exit: the session stopped, then its warehouse removed (atexit runs last first)
+    atexit.register(shutil.rmtree, warehouse, ignore_errors=True)
     atexit.register(spark.stop)
     return spark
