@@ -307,7 +307,10 @@ class ShareSimpleConsumer(SimpleConsumer):
     def shutdown(self, timeout: float | None = None) -> None:
         """Leave the group: records held or waiting here are released (visible again at
         once; dead-lettered when the broker would otherwise archive them), pending
-        acknowledgements are sent.  Handles become invalid."""
+        acknowledgements are sent.  Handles become invalid.  After its upkeep thread died:
+        all that, then :class:`ClientLoopError` (with the cause), as the classic backend's
+        shutdown raises its loop's: whoever stops the consumer learns it had stopped
+        working."""
         if not self._started:
             return
         wait = self.share_options.shutdown_await if timeout is None else timeout
@@ -318,6 +321,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             self._upkeep.join(wait)
         with self._lock:
             if self._closed:
+                self._raise_if_died()
                 return
             self._closed = True
             end = time.monotonic() + wait
@@ -339,16 +343,20 @@ class ShareSimpleConsumer(SimpleConsumer):
                 log.warning("%s: closing the share consumer failed: %s", self.name, exc)
         if self._producer is not None:
             self._producer.flush(wait)
+        self._raise_if_died()
 
     close = shutdown
+
+    def _raise_if_died(self) -> None:
+        if self._error is not None:
+            raise ClientLoopError(self.name, self._error) from self._error
 
     def check_alive(self) -> None:
         """Raise what stopped the consumer (:class:`ClientLoopError` when its upkeep thread
         died, with the cause); :class:`ClientClosedError` when not running."""
         if not self._started:
             raise ClientClosedError(f"{self.name} is not started")
-        if self._error is not None:
-            raise ClientLoopError(self.name, self._error) from self._error
+        self._raise_if_died()
         if self._closed:
             raise ClientClosedError(f"{self.name} was shut down")
 

@@ -303,7 +303,8 @@ def test_ack_and_receive_raise_at_once_once_the_upkeep_thread_died(
     kafka_bootstrap_servers: str, kafka_topic_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As on the classic backend once its loop died: ``ack`` of a message still held, and
-    ``receive``, raise the consumer's :class:`ClientLoopError` (with the cause) at once."""
+    ``receive``, raise the consumer's :class:`ClientLoopError` (with the cause) at once, and
+    so does ``shutdown`` once it has released what was held."""
     topic = kafka_topic_factory("share-died", partitions=1)
     died = threading.Event()
     sc = share(kafka_bootstrap_servers, topic, new_group(), on_error=lambda exc: died.set())
@@ -322,4 +323,7 @@ def test_ack_and_receive_raise_at_once_once_the_upkeep_thread_died(
             sc.receive(1, 1)
     finally:
         monkeypatch.undo()
-        sc.shutdown()
+        with pytest.raises(ClientLoopError, match="upkeep broke"):
+            sc.shutdown()
+        with pytest.raises(ClientLoopError):  # and again
+            sc.shutdown()
