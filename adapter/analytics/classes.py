@@ -20,7 +20,6 @@ build, another pyspark) says so and does the same.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import subprocess
@@ -28,7 +27,7 @@ import sys
 from pathlib import Path
 
 from adapter.analytics.jars import connector_dir, ensure_spark_jars, pyspark_jars_dir
-from adapter.embedded.jars import DUMP_OPTION, make_class_archive, which
+from adapter.embedded.jars import DUMP_OPTION, archive_key, make_class_archive
 
 __all__ = ["archive_java_option", "ensure_spark_class_archive", "spark_class_archive"]
 
@@ -40,11 +39,8 @@ _DUMP_TIMEOUT_S = 300.0
 def spark_class_archive(home: str | os.PathLike[str] | None = None) -> Path:
     """The archive for the ``java`` this process would run and the installed pyspark: its
     name carries both, so neither another JDK nor another pyspark maps one it did not write."""
-    java = Path(which("java")).resolve()
-    st = java.stat()
     jars = pyspark_jars_dir().resolve()
-    stamp = f"{java}:{st.st_size}:{st.st_mtime_ns}:{jars}:{jars.stat().st_mtime_ns}"
-    key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
+    key = archive_key(str(jars), str(jars.stat().st_mtime_ns))
     return connector_dir(home).parent / f"classes-{key}.jsa"
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "JVM_OPTS_ENV",
     "KAFKA_VERSION",
     "EmbeddedKafkaError",
+    "archive_key",
     "archive_options",
     "class_archive",
     "copy_maven_dependencies",
@@ -94,13 +95,19 @@ def jvm_options() -> list[str]:
 DUMP_OPTION = "-XX:ArchiveClassesAtExit="
 
 
-def class_archive(lib: Path) -> Path:
-    """The archive for the jars in ``lib`` and the ``java`` this process would run: its name
-    carries the JDK's path, size and time, so another JDK never maps one it did not write."""
+def archive_key(*parts: str) -> str:
+    """A class archive's name key: the ``java`` this process would run (its path, size and
+    time) and ``parts`` (what else the archive was made from), so that another JDK or other
+    jars never map an archive they did not write."""
     java = Path(which("java")).resolve()
     st = java.stat()
-    key = hashlib.sha256(f"{java}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
-    return lib.parent / f"classes-{key}.jsa"
+    stamp = ":".join((str(java), str(st.st_size), str(st.st_mtime_ns), *parts))
+    return hashlib.sha256(stamp.encode()).hexdigest()[:12]
+
+
+def class_archive(lib: Path) -> Path:
+    """The archive for the jars in ``lib`` (keyed by :func:`archive_key`: the JDK)."""
+    return lib.parent / f"classes-{archive_key()}.jsa"
 
 
 def archive_options(lib: Path, options: list[str]) -> list[str]:
