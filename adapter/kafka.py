@@ -97,7 +97,7 @@ from adapter.core.publishing import Escalation, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.types import TP
-from adapter.errors import ConfigError, InvalidInputError
+from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options
 from adapter.io.control import StatusPublisher
@@ -106,6 +106,7 @@ from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import refresh_if_any_exists
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.kafka")
@@ -173,6 +174,7 @@ class Consumer(confluent_kafka.Consumer):
         "_publisher",
         "_reporter",
         "_retry_kafka",
+        "_signals",
         "_subscribed",
         "_topics",
         "_user_callbacks",
@@ -228,6 +230,7 @@ class Consumer(confluent_kafka.Consumer):
         )
         self._provisioned = False
         self._closed = False
+        self._signals = TerminateAsInterrupt()
         #: the subscription (the retry topic included) and the check for topics of it this
         #: member holds nothing of (:mod:`adapter.core.subscription`)
         self._subscribed: list[str] = []
@@ -291,6 +294,11 @@ class Consumer(confluent_kafka.Consumer):
         self._hand_back(msg, 0, reason if self._circuit is not None else None)
 
     def _hand_back(self, msg: confluent_kafka.Message, delay_level: int, trip: str | None) -> None:
+        if self._closed:  # close() may have committed past it: a silent no-op would lose it
+            raise ClientClosedError(
+                f"consumer {self._group} was closed: no copy can be sent; the message is "
+                "delivered again to the group's next consumer if close() did not commit it"
+            )
         view = self._view(msg)
         tp = (view.kafka_topic, view.queue_id)
         circuit = self._circuit
@@ -752,10 +760,18 @@ class Consumer(confluent_kafka.Consumer):
     def close(self) -> None:
         """Store where the loop has got to, wait (bounded) for copies on their way, then
         close like ``confluent_kafka.Consumer.close`` (which commits the stored offsets)."""
+        self._close(finished=True)
+
+    def _close(self, *, finished: bool) -> None:
+        """``finished``: the loop came back after the last poll (its messages are done);
+        not so when an exception (Ctrl-C, SIGTERM, a handler's error) left the ``with``
+        block: what the last poll returned is then delivered again, not committed."""
         if self._closed:
             super().close()
             return
         self._closed = True
+        if not finished:
+            self._auto_store = False  # nor when close() revokes the partitions below
         try:
             if self._auto_store:
                 self._store_positions()
@@ -774,7 +790,11 @@ class Consumer(confluent_kafka.Consumer):
             super().close()
 
     def __enter__(self) -> Consumer:
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self._close(finished=exc_type is None)
+        finally:
+            self._signals.exit()

@@ -20,7 +20,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from adapter.clients.listeners import ConcurrentRunner
+from adapter.clients.contracts import Call
+from adapter.clients.listeners import SKIPPED, ConcurrentRunner
 from adapter.core.engine import ConcurrentEngine, Work
 from adapter.core.listener import ConsumeConcurrentlyContext, ListenerMode
 from adapter.core.message import start_consuming
@@ -95,10 +96,16 @@ class AsyncRunner(ConcurrentRunner):
     async def _batch(self, work: Work, index: int) -> None:
         assert self._semaphore is not None
         async with self._semaphore:
+            if self._stopping:
+                self._done.put((work, index, SKIPPED, None, 0.0))
+                return
             batch = work.batch(index)
             start_consuming(batch, self._clock.now_ms(), shared=False)
             ctx = ConsumeConcurrentlyContext(self._queue(work.tp))
             begin = self._clock.monotonic()
+            key = self._calls.begin(
+                Call(work.tp, batch[0].queue_offset, batch[-1].queue_offset, begin)
+            )
             if work.started is not None:
                 work.started[index] = begin  # waiting for the semaphore does not count
             try:
@@ -107,7 +114,11 @@ class AsyncRunner(ConcurrentRunner):
                     result = await result
             except Exception as exc:
                 result = exc
+            except BaseException:  # cancelled at close: no result, no longer under way
+                self._calls.end(key)
+                raise
             self._done.put((work, index, result, ctx, self._clock.monotonic() - begin))
+            self._calls.end(key)  # after the result is handed over
 
     def close(self) -> None:
         """Cancel what still runs (its offsets stay uncommitted); stop an own loop."""

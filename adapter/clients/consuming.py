@@ -49,7 +49,13 @@ from adapter.clients.broadcasting import (
     REDISCOVER_INTERVAL_S,
     BroadcastOffsets,
 )
-from adapter.clients.contracts import REVOKE_DRAIN_S, ConsumeSettings, Engine, Runner
+from adapter.clients.contracts import (
+    CLOSE_S,
+    REVOKE_DRAIN_S,
+    ConsumeSettings,
+    Engine,
+    Runner,
+)
 from adapter.clients.lag import LAG_INTERVAL_S, LagTracker
 from adapter.clients.outcomes import ConsumerStats, ConsumerTracer, Emit, SendBackResults
 from adapter.clients.resets import ResetReceiver
@@ -173,6 +179,8 @@ class GroupConsumer:
         #: partitions whose running batches a revoke or shutdown is waiting for: runners
         #: start nothing new on them (replaced, never mutated: workers read it)
         self.draining: frozenset[TP] = frozenset()
+        #: the member is stopping (:meth:`stop_starting`): no listener call starts any more
+        self.halted = False
         #: builds the retry copies (the common send-back) in one call each
         self._copier = hops.retry_copier(topics)
         self.results = SendBackResults(
@@ -347,23 +355,64 @@ class GroupConsumer:
             if unheld:
                 self._look_again(unheld, watch.repeated)
 
+    def stop_starting(self) -> None:
+        """The member is stopping (from any thread, a signal handler's included): no
+        listener call starts from now on.  Batches fetched or queued for a worker and not
+        started stay uncommitted and are read again by the next owner of their partition;
+        orderly runs stop after the batch they are on."""
+        self.halted = True
+        runner = self.runner
+        if runner is not None:
+            runner.stop_starting()
+
     def close(self) -> None:
+        """The stop contract (docs/semantics.md §4.7): start nothing new, wait up to
+        ``shutdown_await`` for the listener calls under way, then, within
+        :data:`CLOSE_S`, flush the send-backs, commit what is settled, leave the group."""
+        self.stop_starting()  # also when the loop died or run() returned
         if self.resets is not None:
             self.resets.close()
         if self.circuit_status is not None:
             self.circuit_status.close()
         try:
             if self._consumer is not None:
-                self._drain(set(self.assignment), self.settings.shutdown_await)
-                self.publisher.flush(30)
+                self._finish_calls(self.settings.shutdown_await)
+                self.publisher.flush(CLOSE_S)
                 self._commit(list(self.assignment), final=True)
-                self._consumer.close()  # may revoke (cooperative): commits again, harmlessly
+                self._consumer.close()  # leaves the group: the others rebalance at once
         finally:
             self._consumer = None
             self.lag_tracker.close()
             if self.runner is not None:
                 self.runner.close()
-            self.publisher.close(30)
+            self.publisher.close(CLOSE_S)
+
+    def _finish_calls(self, timeout: float) -> None:
+        """Wait (bounded) for the listener calls under way, applying their results; one
+        warning names each call still running then (it is abandoned: its offsets stay
+        uncommitted, the next owner reads its messages again)."""
+        runner = self.runner
+        assert runner is not None
+        deadline = self.clock.monotonic() + timeout
+        while True:
+            runner.poll()
+            self.publisher.poll(0)
+            calls = runner.under_way()
+            if not calls:
+                runner.poll()  # the last results were handed over before the calls ended
+                return
+            now = self.clock.monotonic()
+            if now >= deadline:
+                log.warning(
+                    "%s: %d listener call(s) still running after shutdown_await=%.1fs are "
+                    "abandoned; their messages are delivered again to the next owner: %s",
+                    self.name,
+                    len(calls),
+                    timeout,
+                    "; ".join(call.describe(now) for call in calls),
+                )
+                return
+            runner.wait(min(0.02, deadline - now))
 
     # -- fetching --------------------------------------------------------------------------
     def _set_filters(self, filters: Mapping[str, TagFilter]) -> None:
@@ -372,6 +421,8 @@ class GroupConsumer:
 
     def _dispatch(self, kmsgs: list[Any]) -> None:
         """Cut a fetch into runs per partition (viewed in the same pass) and hand each over."""
+        if self.halted:
+            return  # stopping: read again by the next owner (nothing of it was stored)
         runs, errors = split_fetch(kmsgs, self.names.resolve, self.filters)
         for run in runs:
             self._fetched(run)
@@ -616,8 +667,8 @@ class GroupConsumer:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
-        wait = self.settings.revoke_await if self._running() else self.settings.shutdown_await
-        self._drain(set(tps), wait)
+        if not self.halted:  # stopping: close() already waited for the calls under way
+            self._drain(set(tps), self.settings.revoke_await)
         self._commit(tps)
         for tp in tps:
             self.engine.revoked(tp)

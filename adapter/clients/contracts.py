@@ -12,10 +12,29 @@ from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.publishing import Refusal
 from adapter.core.types import TP
 
-__all__ = ["REVOKE_DRAIN_S", "ConsumeSettings", "Engine", "Runner"]
+__all__ = ["CLOSE_S", "REVOKE_DRAIN_S", "Call", "ConsumeSettings", "Engine", "Runner"]
 
 #: How long a rebalance waits for running batches of revoked partitions while running.
 REVOKE_DRAIN_S = 2.0
+#: What each closing step may take after ``shutdown_await``: flushing the send-backs,
+#: then letting the send-back producer go (the final commit and leaving the group take
+#: a round trip each), so a shutdown returns within ``shutdown_await`` plus a few seconds.
+CLOSE_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A listener call under way: its partition, the offsets of its batch and when it
+    began (the consumer's monotonic clock)."""
+
+    tp: tuple[str, int]
+    first: int
+    last: int
+    began: float
+
+    def describe(self, now: float) -> str:
+        span = str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+        return f"{self.tp[0]}[{self.tp[1]}] offsets {span}, running {now - self.began:.1f}s"
 
 
 class Engine(Protocol):
@@ -57,6 +76,12 @@ class Runner(Protocol):
 
     def wait(self, timeout: float) -> None:
         """Block until a result comes back or ``timeout`` passes."""
+
+    def stop_starting(self) -> None:
+        """Start no listener call from now on (any thread): the consumer is stopping."""
+
+    def under_way(self) -> list[Call]:
+        """The listener calls running on other threads now (a stop waits for these)."""
 
     def close(self) -> None: ...
 

@@ -11,6 +11,7 @@ once per run; pooled batches report one by one through a queue the loop drains.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from adapter.clients.contracts import Call
 from adapter.clients.failure_log import FailureLog
 from adapter.core.engine import ConcurrentEngine, Work
 from adapter.core.listener import (
@@ -38,7 +40,32 @@ log = logging.getLogger("adapter.consumer")
 
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 _STOP = object()
+#: the result of a batch a worker did not start because the consumer is stopping
+SKIPPED = object()
 Listener = Callable[[list[Any], ConsumeConcurrentlyContext], Any]
+
+
+class Calls:
+    """The listener calls under way on worker threads (registered by the worker itself).
+
+    A worker hands its result over *before* it takes its call off this list, so once the
+    list is empty every result is waiting for the loop: a drain that sees it empty and
+    then polls the results misses none."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, Call] = {}
+        self._keys = itertools.count()  # next() on it is atomic: workers call begin at once
+
+    def begin(self, call: Call) -> int:
+        key = next(self._keys)
+        self._calls[key] = call
+        return key
+
+    def end(self, key: int) -> None:
+        self._calls.pop(key, None)
+
+    def snapshot(self) -> list[Call]:
+        return sorted(self._calls.copy().values(), key=lambda c: (c.tp, c.first))
 
 
 class WorkerPool:
@@ -92,7 +119,9 @@ class ConcurrentRunner:
         self._policy = InlinePolicy(mode)
         self._threads = threads
         self._pool: WorkerPool | None = None
-        self._done: queue.SimpleQueue[tuple[Work, int, Any, ConsumeConcurrentlyContext, float]]
+        self._done: queue.SimpleQueue[
+            tuple[Work, int, Any, ConsumeConcurrentlyContext | None, float]
+        ]
         self._done = queue.SimpleQueue()
         self._backlog = 0
         self._queues: dict[tuple[str, int], MessageQueue] = {}
@@ -100,11 +129,23 @@ class ConcurrentRunner:
         self._clock = group.clock
         self._failures = FailureLog(log, group.name, group.clock.monotonic)
         self._judgements = Judge()
+        self._calls = Calls()
+        self._stopping = False
 
     # -- Runner ----------------------------------------------------------------------------
     @property
     def inline(self) -> bool:
         return self._policy.inline
+
+    def stop_starting(self) -> None:
+        """Start no listener call from now on (the consumer is stopping): batches queued
+        for a worker come back unstarted, their offsets stay uncommitted and the next owner
+        of their partition reads them again.  Safe from any thread."""
+        self._stopping = True
+
+    def under_way(self) -> list[Call]:
+        """The listener calls running on workers now."""
+        return self._calls.snapshot()
 
     def run(self, work: Work) -> None:
         if self._policy.inline:
@@ -278,10 +319,14 @@ class ConcurrentRunner:
     def _task(self, item: tuple[Work, int]) -> None:
         """On a worker: call the listener; what it returns or raises goes back."""
         work, index = item
+        if self._stopping:
+            self._done.put((work, index, SKIPPED, None, 0.0))
+            return
         batch = work.batch(index)
         start_consuming(batch, self._clock.now_ms(), shared=False)
         ctx = ConsumeConcurrentlyContext(self._queue(work.tp))
         begin = self._clock.monotonic()
+        key = self._calls.begin(Call(work.tp, batch[0].queue_offset, batch[-1].queue_offset, begin))
         if work.started is not None:
             work.started[index] = begin  # waiting for a worker does not count as running
         try:
@@ -289,12 +334,20 @@ class ConcurrentRunner:
         except Exception as exc:
             result = exc
         self._done.put((work, index, result, ctx, self._clock.monotonic() - begin))
+        self._calls.end(key)  # after the result is handed over (see Calls)
 
     def _complete(
-        self, work: Work, index: int, result: Any, ctx: ConsumeConcurrentlyContext, rt: float
+        self,
+        work: Work,
+        index: int,
+        result: Any,
+        ctx: ConsumeConcurrentlyContext | None,
+        rt: float,
     ) -> None:
         size = work.batch_len(index)
         self._backlog -= size
+        if ctx is None:  # SKIPPED: never started, so it stays in flight for the next owner
+            return
         self._policy.pooled(rt)
         if work.done is not None and work.done[index]:
             log.info(

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapter.clients.contracts import Call
 from adapter.clients.failure_log import FailureLog
-from adapter.clients.listeners import WorkerPool
+from adapter.clients.listeners import Calls, WorkerPool
 from adapter.core.codec import Failure
 from adapter.core.engine import Work
 from adapter.core.engine.actions import Action, Dropped, SendBack, TraceInfo
@@ -86,6 +87,8 @@ class OrderlyRunner:
         self._failures = FailureLog(log, group.name, group.clock.monotonic)
         self._next: deque[OrderlyWork] = deque()  # runs to start (no recursion on chains)
         self._starting = False
+        self._calls = Calls()
+        self._stopping = False
 
     # -- Runner ----------------------------------------------------------------------------
     @property
@@ -107,6 +110,15 @@ class OrderlyRunner:
                     self._submit(nxt)
         finally:
             self._starting = False
+
+    def stop_starting(self) -> None:
+        """Start no run and no further batch from now on (the consumer is stopping): a run
+        on a worker ends after the batch it is on; its partition's offset stays there."""
+        self._stopping = True
+
+    def under_way(self) -> list[Call]:
+        """The runs on workers now (each named by its partition and offsets)."""
+        return self._calls.snapshot()
 
     def poll(self) -> None:
         done = self._done
@@ -159,7 +171,7 @@ class OrderlyRunner:
         first = t0 = perf()
         slowest = 0.0
         for index in range(work.nbatches):
-            if pooled and tp in group.draining:
+            if pooled and (self._stopping or tp in group.draining):
                 return _Ran(index, None, t0 - first, slowest)
             batch = [msgs[index]] if size == 1 else msgs[index * size : (index + 1) * size]
             try:
@@ -188,11 +200,19 @@ class OrderlyRunner:
 
     def _task(self, work: OrderlyWork) -> None:
         """On a worker: run the batches; the outcome goes back to the loop."""
+        if self._stopping:  # never started: the partition's offset stays where it is
+            self._done.put((work, _Ran(0, None, 0.0, 0.0)))
+            return
+        msgs = work.msgs
+        key = self._calls.begin(
+            Call(work.tp, msgs[0].queue_offset, msgs[-1].queue_offset, self._clock.monotonic())
+        )
         try:
             ran = self._execute(work, pooled=True)
         except BaseException as exc:  # never lose a run: its partition would stay blocked
             ran = _Ran(0, BatchVerdict(exc), 0.0, 0.0)
         self._done.put((work, ran))
+        self._calls.end(key)  # after the outcome is handed over (see Calls)
 
     def _finish(self, work: OrderlyWork, ran: _Ran, *, inline: bool) -> None:
         """On the loop thread: account for the run and tell the engine."""
@@ -234,7 +254,7 @@ class OrderlyRunner:
             group.stats.listener_seconds[topic].observe(ran.rt_total / batches)
             if group.trace is not None:
                 self._trace_successes(work, ok, ran.rt_total / batches * 1000)
-        chain = work.tp not in group.draining
+        chain = not group.halted and work.tp not in group.draining
         actions = engine.completed(
             work, ran.succeeded, verdict, self._clock.monotonic(), chain=chain
         )

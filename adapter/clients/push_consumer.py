@@ -51,6 +51,7 @@ from adapter.io.config import build_options, check_kafka_config
 from adapter.io.control import ControlChannel, StatusPublisher
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.consumer")
@@ -101,6 +102,7 @@ class PushConsumer:
         self._errors = FatalErrorWatch(self._config.get("error_cb"))
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
+        self._signals = TerminateAsInterrupt()
         self._owned_trace: Any = None
         self._metrics: Any = None
 
@@ -408,10 +410,15 @@ class PushConsumer:
         self._loop.check_alive()
 
     def __enter__(self) -> PushConsumer:
-        return self.start()
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        try:
+            self.shutdown()
+        finally:
+            self._signals.exit()
 
     # -- figures ---------------------------------------------------------------------------
     def stats(self) -> dict[str, TopicStats]:

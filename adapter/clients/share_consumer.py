@@ -81,6 +81,7 @@ from adapter.errors import (
     UnackedLimitError,
 )
 from adapter.io.config import build_options, check_int, producer_config
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.share_consumer")
@@ -195,6 +196,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         #: against, and its value in seconds
         self._last_receive_hold: tuple[object, float, float] = (None, 0.0, 0.0)
         self._closed = False
+        self._signals = TerminateAsInterrupt()
         self._started = False
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -366,7 +368,9 @@ class ShareSimpleConsumer(SimpleConsumer):
         self.check_alive()
 
     def __enter__(self) -> ShareSimpleConsumer:
-        return self.start()
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     # -- receiving -------------------------------------------------------------------------
     def receive(

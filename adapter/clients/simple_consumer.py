@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any, Unpack, cast
 
 from adapter.clients.consuming import ConsumeSettings, GroupConsumer
+from adapter.clients.contracts import Call
 from adapter.clients.simple_options import (
     BACKENDS,
     DEFAULT_AWAIT_DURATION_S,
@@ -75,6 +76,7 @@ from adapter.io.clock import SystemClock
 from adapter.io.config import build_options
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.simple_consumer")
@@ -221,6 +223,9 @@ class MemberTurns:
             finally:
                 self.yielding = False
 
+    def stop_starting(self) -> None:
+        self.member.stop_starting()  # flags only: no lock (any thread, a signal's too)
+
     def close(self) -> None:
         with self.lock:
             self.member.close()
@@ -307,6 +312,13 @@ class _PullRunner:
     def taken(self) -> None:
         self._taken.set()
 
+    def stop_starting(self) -> None:
+        """Nothing to stop: received messages are the application's (``shutdown`` does not
+        wait for their acknowledgements; unacknowledged ones are delivered again)."""
+
+    def under_way(self) -> list[Call]:
+        return []
+
     def close(self) -> None:
         self._consumer._stopped = True
         self._consumer._fail_waiting(ClientClosedError(f"{self._consumer.name} was shut down"))
@@ -379,6 +391,7 @@ class SimpleConsumer:
         self._errors = FatalErrorWatch(conf.get("error_cb"))
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
+        self._signals = TerminateAsInterrupt()
         self._turns: MemberTurns | None = None
         #: until when receives read librdkafka themselves (see :class:`MemberTurns`)
         self._direct_until = 0.0
@@ -510,10 +523,15 @@ class SimpleConsumer:
         self._loop.check_alive()
 
     def __enter__(self) -> SimpleConsumer:
-        return self.start()
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        try:
+            self.shutdown()
+        finally:
+            self._signals.exit()
 
     # -- receiving -------------------------------------------------------------------------
     @property

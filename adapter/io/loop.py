@@ -31,8 +31,10 @@ from adapter.io.errors import FatalErrorWatch
 
 log = logging.getLogger("adapter.loop")
 
-#: Beyond a client's own shutdown bound (its drain), what closing the clients may take.
-SHUTDOWN_MARGIN_S = 30.0
+#: Beyond a client's own shutdown bound (its drain), what closing the clients may take: a
+#: shutdown returns within ``shutdown_await`` plus this, so the default fits a 30 s grace
+#: period (Kubernetes' ``terminationGracePeriodSeconds``) with the close included.
+SHUTDOWN_MARGIN_S = 5.0
 
 ErrorCallback = Callable[[BaseException], None]
 
@@ -45,6 +47,10 @@ class LoopHandler(Protocol):
 
     def step(self) -> None:
         """One iteration of the loop."""
+
+    def stop_starting(self) -> None:
+        """The loop is asked to stop (any thread, a signal handler's included): start no
+        new work from now on; ``close()`` follows on the loop's thread."""
 
     def close(self) -> None:
         """Drain (bounded), commit what is settled and close the clients."""
@@ -114,8 +120,11 @@ class ClientLoop:
         self._raise_error()
 
     def stop(self) -> None:
-        """Ask the loop to finish (safe from a signal handler or any thread)."""
+        """Ask the loop to finish (safe from a signal handler or any thread): nothing new
+        starts from now on."""
         self._running.clear()
+        if not self._closed.is_set():
+            self._handler.stop_starting()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop, let the handler drain and commit, and wait for the loop to close.

@@ -323,3 +323,66 @@ def test_bad_input_names_the_value(kafka_bootstrap_servers: str, kafka_topic_fac
         Consumer(conf_of(bootstrap, new_group()), max_reconsume_time=3)  # type: ignore[call-arg]
     with pytest.raises(InvalidInputError, match="max_reconsume_times=-2"):
         Consumer(conf_of(bootstrap, new_group()), max_reconsume_times=-2)
+
+
+def _first_message(c: Consumer, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            return msg
+    raise AssertionError(f"no message within {timeout}s")
+
+
+def test_reconsume_later_after_close_raises_and_the_message_is_not_lost(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """A message handed to a worker while the poll loop closes the consumer: handing it
+    back afterwards used to return ``None`` and write no copy, so the application
+    believed it retried.  Now it raises ``ClientClosedError`` like every other client used
+    after shutdown, and (offsets stored by the application once a message is handled) the
+    message is read again by the next consumer of the group."""
+    from adapter.errors import ClientClosedError
+
+    topic = kafka_topic_factory("dropin-closed")
+    produce(kafka_bootstrap_servers, topic, ["only"])
+    group = new_group()
+    c = Consumer(
+        conf_of(kafka_bootstrap_servers, group, **{"enable.auto.offset.store": False}),
+        partitions=1,
+    )
+    c.subscribe([topic])
+    msg = _first_message(c)
+    c.close()
+    with pytest.raises(ClientClosedError, match="closed"):
+        c.reconsume_later(msg)
+    with pytest.raises(ClientClosedError, match="closed"):
+        c.open_circuit(msg)
+    again = Consumer(conf_of(kafka_bootstrap_servers, group), partitions=1)
+    again.subscribe([topic])
+    try:
+        msg = _first_message(again)
+        assert (msg.topic(), msg.value()) == (topic, b"only")
+    finally:
+        again.close()
+
+
+def test_a_with_block_left_by_an_exception_does_not_commit_the_message_being_handled(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """Ctrl-C (or SIGTERM) inside the handler leaves ``with consumer:`` by an exception:
+    the message being handled did not finish, so it is delivered again; what the loop
+    finished before (it came back for more) is committed."""
+    topic = kafka_topic_factory("dropin-interrupted")
+    produce(kafka_bootstrap_servers, topic, ["a", "b", "c"])
+    group = new_group()
+    conf = conf_of(kafka_bootstrap_servers, group)
+    with pytest.raises(KeyboardInterrupt), Consumer(conf, partitions=1) as c:
+        c.subscribe([topic])
+        handled = 0
+        while True:
+            _first_message(c)
+            if handled == 1:
+                raise KeyboardInterrupt  # the second message's handler is interrupted
+            handled += 1
+    assert committed_offsets(conf, group, topic) == {0: 1}

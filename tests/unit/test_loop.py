@@ -36,6 +36,9 @@ class Handler:
             self.loop.stop()
         threading.Event().wait(0.001)
 
+    def stop_starting(self) -> None:
+        self.events.append("stop_starting")
+
     def close(self) -> None:
         self.events.append("close")
 
@@ -57,7 +60,7 @@ def test_run_steps_until_stopped_then_closes() -> None:
     loop = _loop(handler)
     loop.run()
     assert handler.steps == 3
-    assert handler.events == ["open", "close"]
+    assert handler.events == ["open", "stop_starting", "close"]
     assert not loop.running
     with pytest.raises(ClientClosedError):
         loop.check_alive()
@@ -70,7 +73,7 @@ def test_start_runs_on_a_thread_and_shutdown_closes_it() -> None:
     assert handler.stepped.wait(5)
     loop.check_alive()  # running: nothing to raise
     loop.shutdown()
-    assert handler.events == ["open", "close"]
+    assert handler.events == ["open", "stop_starting", "close"]
     with pytest.raises(ClientClosedError):
         loop.check_alive()
 
@@ -117,7 +120,7 @@ def test_shutdown_of_a_loop_opened_but_never_run_closes_the_handler() -> None:
     assert loop.open() is True
     assert loop.open() is False  # once
     loop.shutdown()
-    assert handler.events == ["open", "close"]
+    assert handler.events == ["open", "stop_starting", "close"]
 
 
 def test_shutdown_raises_when_the_loop_does_not_close_in_time() -> None:

@@ -49,6 +49,7 @@ from adapter.io.config import (
     require_setting,
 )
 from adapter.io.errors import FatalErrorWatch, make_client
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
 log = logging.getLogger("adapter.producer")
@@ -97,6 +98,7 @@ class Producer:
         self._topics = self._lookup.topics
         self._delay_topics_ready = False
         self._closed = False  # shut down: never reopened
+        self._signals = TerminateAsInterrupt()
         self._warned: set[str] = set()  # kinds of delay warnings logged already
         due: ResendHeap[Any] = ResendHeap(self.options.clock)
         self._poll = Poller(self._errors, due)
@@ -176,10 +178,15 @@ class Producer:
         return left
 
     def __enter__(self) -> Producer:
-        return self.start()
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        try:
+            self.shutdown()
+        finally:
+            self._signals.exit()
 
     def _raise_fatal(self) -> None:
         """Raise the authentication/fatal error librdkafka reported, if any."""

@@ -48,6 +48,7 @@ from adapter.io.errors import FatalErrorWatch, error_text, is_unknown_topic, mak
 from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
 from adapter.io.polling import release_assignment as release
+from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 from adapter.services.schedule.delivery import (
     DELIVERIES,
@@ -110,6 +111,7 @@ class ScheduleService:
         #: what stopped the service loop, if it died
         self.error: BaseException | None = None
         self._metrics: Any = None
+        self._signals = TerminateAsInterrupt()
 
     def _died(self, exc: BaseException) -> None:
         self.error = exc
@@ -190,10 +192,15 @@ class ScheduleService:
         self._loop.check_alive()
 
     def __enter__(self) -> ScheduleService:
-        return self.start()
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        try:
+            self.shutdown()
+        finally:
+            self._signals.exit()
 
     # -- figures ---------------------------------------------------------------------------
     @property
@@ -330,6 +337,10 @@ class _ServiceLoop:
                 kmsg.headers(),
                 seen_ms,
             )
+
+    def stop_starting(self) -> None:
+        """Nothing to stop at once: the loop forwards nothing after the step it is on, and
+        ``close`` settles what was forwarded."""
 
     def close(self) -> None:
         try:

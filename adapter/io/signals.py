@@ -1,0 +1,45 @@
+"""SIGTERM stops a client's ``with`` block as Ctrl-C does.
+
+Python ends a process on SIGTERM at once: no ``finally``, no ``__exit__``, so a consumer
+under an orchestrator (Kubernetes sends SIGTERM, then SIGKILL after the grace period) would
+neither commit what it finished nor leave its group.  While a client's ``with`` block runs
+on the main thread and nothing else handles SIGTERM, :class:`TerminateAsInterrupt` makes
+SIGTERM raise :class:`KeyboardInterrupt` there, as SIGINT does: the block is left, the
+client stops by its stop contract (docs/semantics.md §4.7), and a second SIGTERM or Ctrl-C
+while it stops interrupts the stop itself.  An application that installed a SIGTERM
+handler of its own keeps it; the previous handler is put back when the block is left.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+__all__ = ["TerminateAsInterrupt"]
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+
+
+class TerminateAsInterrupt:
+    """Install on :meth:`enter`, put back on :meth:`exit` (nested blocks: the outermost
+    installs, the inner ones find a handler and leave it alone)."""
+
+    __slots__ = ("_previous",)
+
+    def __init__(self) -> None:
+        self._previous: signal.Handlers | object | None = None
+
+    def enter(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach the main thread only
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return  # the application (or an outer block) handles SIGTERM
+        self._previous = signal.signal(signal.SIGTERM, _interrupt)
+
+    def exit(self) -> None:
+        previous, self._previous = self._previous, None
+        if previous is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
+            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
