@@ -35,6 +35,7 @@ from adapter.clients.simple_consumer import (
     SimpleConsumer,
     SimpleConsumerOptions,
 )
+from adapter.io.signals import TerminateAsInterrupt
 
 __all__ = [
     "AsyncPushConsumer",
@@ -52,6 +53,7 @@ class AsyncPushConsumer:
 
     def __init__(self, config: Mapping[str, Any], **options: Unpack[PushConsumerOptions]) -> None:
         self.consumer: PushConsumer = PushConsumer(config, **options)
+        self._signals = TerminateAsInterrupt()
 
     def subscribe(self, topic: str, expression: str | None = "*") -> None:
         self.consumer.subscribe(topic, expression)
@@ -70,10 +72,15 @@ class AsyncPushConsumer:
         await asyncio.to_thread(self.consumer.shutdown, timeout)
 
     async def __aenter__(self) -> AsyncPushConsumer:
-        return await self.start()
+        started = await self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+        try:
+            await self.shutdown()
+        finally:
+            self._signals.exit()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)  # stats(), running_info(), check_alive(), ...
@@ -91,6 +98,7 @@ class AsyncSimpleConsumer:
         **options: Unpack[SimpleConsumerOptions],
     ) -> None:
         self.consumer = SimpleConsumer(config, consumer_group, subscription, **options)
+        self._signals = TerminateAsInterrupt()
 
     @property
     def consumer_group(self) -> str:
@@ -127,10 +135,15 @@ class AsyncSimpleConsumer:
         return self.consumer.change_invisible_duration(message, invisible_duration)
 
     async def __aenter__(self) -> AsyncSimpleConsumer:
-        return await self.startup()
+        started = await self.startup()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+        try:
+            await self.shutdown()
+        finally:
+            self._signals.exit()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)  # assignment, stats(), running_info(), ...

@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 class ChildProcess:
     """Start ``argv``, follow its status lines, and stop, kill or wait for it."""
 
-    def __init__(self, argv: list[str], name: str) -> None:
+    def __init__(self, argv: list[str], name: str, *, stdin: bool = False) -> None:
         self.argv = argv
         self.name = name
+        self.stdin = stdin  # a pipe the test writes to (``proc.stdin``)
         self.proc: subprocess.Popen[str] | None = None
         self.history: list[Status] = []
         self._cond = threading.Condition()
@@ -48,6 +49,7 @@ class ChildProcess:
             raise RuntimeError(f"{self.name} was already started")
         self.proc = subprocess.Popen(
             self.argv,
+            stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
