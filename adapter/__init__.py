@@ -13,7 +13,7 @@ Consumer``); asyncio front ends are in :mod:`adapter.aio`.
 
 from adapter import naming
 from adapter.clients.producer import Producer, SendResult, SendStatus
-from adapter.clients.push_consumer import (
+from adapter.clients.push.push_consumer import (
     ConsumeConcurrentlyContext,
     ConsumeOrderlyContext,
     ConsumeOrderlyStatus,
@@ -24,7 +24,11 @@ from adapter.clients.push_consumer import (
     PushConsumer,
     TopicStats,
 )
-from adapter.clients.simple_consumer import MessageView, SimpleConsumer, SimpleConsumerBackend
+from adapter.clients.simple.simple_consumer import (
+    MessageView,
+    SimpleConsumer,
+    SimpleConsumerBackend,
+)
 from adapter.core.breaker import CircuitBreaker, CircuitChange, CircuitState, OpenCircuit
 from adapter.core.delay import DelayLevels
 from adapter.core.listener import ListenerMode

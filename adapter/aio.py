@@ -1,6 +1,6 @@
 """asyncio: ``async def`` PushConsumer listeners and an async SimpleConsumer.
 
-* :class:`AsyncRunner` (:mod:`adapter.clients.async_runner`, re-exported here) runs a
+* :class:`AsyncRunner` (:mod:`adapter.clients.push.async_runner`, re-exported here) runs a
   PushConsumer listener written as ``async def listener(msgs, ctx)`` on an event loop, at
   most ``consume_thread_max`` batches at a time; the PushConsumer picks it by itself when
   the registered listener is a coroutine function.
@@ -27,9 +27,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Unpack
 
-from adapter.clients.async_runner import AsyncRunner, is_async_listener
-from adapter.clients.push_consumer import PushConsumer, PushConsumerOptions
-from adapter.clients.simple_consumer import (
+from adapter.clients.push.async_runner import AsyncRunner, is_async_listener
+from adapter.clients.push.push_consumer import PushConsumer, PushConsumerOptions
+from adapter.clients.simple.simple_consumer import (
     FilterExpression,
     MessageView,
     SimpleConsumer,
@@ -46,7 +46,7 @@ __all__ = [
 
 
 class AsyncPushConsumer:
-    """A :class:`~adapter.clients.push_consumer.PushConsumer` for asyncio applications:
+    """A :class:`~adapter.clients.push.push_consumer.PushConsumer` for asyncio applications:
     ``await start()`` / ``await shutdown()`` (or ``async with``) never block the event
     loop, and ``async def`` listeners run on the loop that started it (unless the
     ``event_loop`` option names another)."""
@@ -87,7 +87,7 @@ class AsyncPushConsumer:
 
 
 class AsyncSimpleConsumer:
-    """:class:`~adapter.clients.simple_consumer.SimpleConsumer` with ``async`` methods, for
+    """:class:`~adapter.clients.simple.simple_consumer.SimpleConsumer` with ``async`` methods, for
     an application's event loop: nothing here blocks it."""
 
     def __init__(

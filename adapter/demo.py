@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from adapter.clients.producer import Producer
-from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
+from adapter.clients.push.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from adapter.constants import TRACE_TOPIC
 from adapter.core import naming
 from adapter.core.delay import DelayLevels

@@ -55,7 +55,8 @@ callbacks, ``close`` -- reads and writes the same state: the offsets held behind
 their way, the positions to store, the assignment, the breaker's held messages.  What needs
 none of that state lives elsewhere: the pure rules in :mod:`adapter.core.dropin` (holds,
 resend timer) and :mod:`adapter.core.dropin_circuit` (the breaker's turns), the options and
-record views in :mod:`adapter.clients.dropin_options` / :mod:`adapter.clients.dropin_records`,
+record views in :mod:`adapter.clients.dropin.dropin_options` /
+:mod:`adapter.clients.dropin.dropin_records`,
 the producer of copies in :mod:`adapter.io.publisher`.
 """
 
@@ -82,9 +83,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from adapter.clients.breaking import CircuitReporter, circuit_notifier
-from adapter.clients.dropin_options import DropInOptions, DropInSettings, truthy
-from adapter.clients.dropin_records import RetriedMessage, SendBackCopy
+from adapter.clients.dropin.dropin_options import DropInOptions, DropInSettings, truthy
+from adapter.clients.dropin.dropin_records import RetriedMessage, SendBackCopy
+from adapter.clients.member.circuit_reporter import CircuitReporter, circuit_notifier
 from adapter.constants import SUBSCRIPTION_CHECK_S
 from adapter.core import hops, naming
 from adapter.core.breaker import Breaker

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka import Producer as RawProducer
 
-from adapter.clients.push_consumer import PushConsumer
+from adapter.clients.push.push_consumer import PushConsumer
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.topics import TopicPlan, ensure_topics
 

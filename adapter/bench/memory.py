@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from adapter.bench.harness import BENCH_LEVELS, Bench, Scenario, uid
-from adapter.clients.push_consumer import PushConsumer
+from adapter.clients.push.push_consumer import PushConsumer
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.polling import consume_available
 

@@ -42,7 +42,7 @@ from adapter.bench.harness import (
     run_until_counted,
     uid,
 )
-from adapter.clients.push_consumer import PushConsumer
+from adapter.clients.push.push_consumer import PushConsumer
 from adapter.core.listener import ConsumeOrderlyStatus
 
 #: The failing row's suspend time: RocketMQ's smallest (``SUSPEND_MIN_MS``).

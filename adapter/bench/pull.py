@@ -31,7 +31,7 @@ from adapter.bench.harness import (
     noop_listener,
     uid,
 )
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 from adapter.kafka import Consumer as DropInConsumer
 
 #: Messages per receive (RocketMQ's maximum) and per listener batch in the raw loop.

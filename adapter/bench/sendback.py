@@ -5,7 +5,7 @@ with the very same headers to the same topic.
 
 Both sides start from records already fetched (the fetch is not measured) and end when the
 broker has acknowledged every copy.  Ours drives the real push-consumer path without a
-listener: :class:`~adapter.clients.consuming.GroupConsumer` carries out the
+listener: :class:`~adapter.clients.member.group_consumer.GroupConsumer` carries out the
 :class:`~adapter.core.engine.SendBack` actions of a
 :class:`~adapter.core.engine.ConcurrentEngine` whose batches of 32 all failed
 (``ack_index=-1``), and each verdict settles its message; the partition's committable offset
@@ -23,8 +23,8 @@ from confluent_kafka import Consumer
 from confluent_kafka import Producer as RawProducer
 
 from adapter.bench.harness import BENCH_LEVELS, Bench, Run, Scenario, uid
-from adapter.clients.consuming import GroupConsumer
-from adapter.clients.contracts import ConsumeSettings
+from adapter.clients.member.contracts import ConsumeSettings
+from adapter.clients.member.group_consumer import GroupConsumer
 from adapter.core import hops
 from adapter.core.delay import DelayLevels
 from adapter.core.engine import ConcurrentEngine, EngineOptions

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
 
 from adapter.bench.harness import CONSUMER_SCALE, Scenario, measure, noop_listener, uid
 from adapter.bench.pull import receive_loop
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 
 if TYPE_CHECKING:
     from adapter.bench.harness import Bench

@@ -24,7 +24,7 @@ import confluent_kafka
 
 from adapter.bench.harness import CONSUMER_SCALE, Run, Scenario, noop_listener
 from adapter.bench.share import BATCH, earliest_share_group
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 
 if TYPE_CHECKING:
     from adapter.bench.harness import Bench

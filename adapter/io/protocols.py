@@ -1,10 +1,11 @@
 """The subset of confluent-kafka's client API that the adapter's loops use, as Protocols.
 
-The group member (:mod:`adapter.clients.consuming`) and the :class:`~adapter.io.publisher.
-Publisher` create their clients through a factory that defaults to confluent-kafka's own
-class; a unit test hands in a factory of fakes instead.  These Protocols name what such a
-fake has to offer (records and partitions are confluent-kafka's ``Message`` and
-``TopicPartition``, or anything with the same methods and attributes).
+The group member (:mod:`adapter.clients.member.group_consumer`) and the
+:class:`~adapter.io.publisher.Publisher` create their clients through a factory that defaults
+to confluent-kafka's own class; a unit test hands in a factory of fakes instead.
+These Protocols name what such a fake has to offer (records and partitions are
+confluent-kafka's ``Message`` and ``TopicPartition``, or anything with the same methods and
+attributes).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from adapter.analytics.session import kafka_options
 from adapter.analytics.testing import TEST_DRIVER_JAVA_OPTIONS, shared_spark
 from adapter.cli import main as cli_main
 from adapter.clients.producer import Producer
-from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
+from adapter.clients.push.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.core.trace import TraceEvent, TraceStatus

@@ -225,13 +225,13 @@ def test_broadcasting_reads_a_partition_added_later(
     """#2: a partition added to a subscribed topic while a broadcasting consumer runs is
     found and read (RocketMQ's rebalance looks every 20 s).
 
-    The interval is ``adapter.clients.consuming.REDISCOVER_INTERVAL_S`` (20 s), a module
+    The interval is ``adapter.clients.member.group_consumer.REDISCOVER_INTERVAL_S`` (20 s), a module
     constant rather than an option, so the test shortens it to 0.5 s.  Old code (1225f20):
     partitions were listed once at start and never again; a message on the new partition
     was never delivered (and the constant does not exist there)."""
-    from adapter.clients import consuming
+    from adapter.clients.member import group_consumer
 
-    monkeypatch.setattr(consuming, "REDISCOVER_INTERVAL_S", 0.5)
+    monkeypatch.setattr(group_consumer, "REDISCOVER_INTERVAL_S", 0.5)
     bootstrap = kafka_bootstrap_servers
     topic = kafka_topic_factory("bcgrow")
     group = new_group()

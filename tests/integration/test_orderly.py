@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer as RawProducer
 
 from adapter import ConfigError, InvalidInputError, PushConsumer
-from adapter.clients.push_consumer import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from adapter.clients.push.push_consumer import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from tests.support.consumer_helpers import (
     LEVELS,
     committed_offsets,

@@ -18,7 +18,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from adapter.clients.producer import Producer, SendResult, SendStatus
-from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
+from adapter.clients.producer.retrying import FlowControlled, RetriableSendFailure, send_retrying
 from adapter.constants import (
     HEADER_DUE_MS,
     PROPERTY_DELAY_TIME_LEVEL,

@@ -25,9 +25,9 @@ from confluent_kafka.admin import (
 )
 
 from adapter import ConfigError, InvalidInputError, Message
-from adapter.clients.share_consumer import ShareSimpleConsumer
-from adapter.clients.share_poll import PollState
-from adapter.clients.simple_consumer import MessageView, SimpleConsumer
+from adapter.clients.share.poll_state import PollState
+from adapter.clients.share.share_consumer import ShareSimpleConsumer
+from adapter.clients.simple.simple_consumer import MessageView, SimpleConsumer
 from adapter.errors import ClientLoopError, InvalidReceiptHandleError
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
 from tests.support.share_procs import ShareConsumerProcess

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from adapter import ConfigError, InvalidInputError, Message
-from adapter.clients.consuming import GroupConsumer
-from adapter.clients.simple_consumer import FilterExpression, MessageView, SimpleConsumer
+from adapter.clients.member.group_consumer import GroupConsumer
+from adapter.clients.simple.simple_consumer import FilterExpression, MessageView, SimpleConsumer
 from adapter.errors import (
     ClientClosedError,
     ClientLoopError,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 from adapter.errors import InvalidReceiptHandleError
 from tests.support.consumer_helpers import new_group, new_ids, produce, wait_until
 

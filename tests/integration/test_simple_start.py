@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from adapter import Message
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 from adapter.io.topics import TopicPlan, ensure_with
 from tests.support.consumer_helpers import new_group, send
 from tests.support.simple_backends import BACKENDS

@@ -191,7 +191,7 @@ def _assignment(consumer: Any) -> list[list[Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from adapter import ConsumeConcurrentlyStatus, PushConsumer, ScheduleService
-    from adapter.clients.push_consumer import ConsumeOrderlyStatus
+    from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 
     ap = argparse.ArgumentParser(description=__doc__)
     for name in ("--bootstrap", "--topic", "--group", "--namespace", "--log"):

@@ -22,7 +22,7 @@ from tests.support.child_process import ChildProcess
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from adapter.clients.simple_consumer import SimpleConsumer
+    from adapter.clients.simple.simple_consumer import SimpleConsumer
 
     ap = argparse.ArgumentParser(description=__doc__)
     for name in ("--bootstrap", "--topic", "--group", "--lock"):

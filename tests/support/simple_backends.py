@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapter.clients.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_consumer import SimpleConsumer
 from adapter.embedded.jars import kafka_version
 
 #: The oldest Kafka release the share backend runs on: it sets the group's own

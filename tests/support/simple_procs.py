@@ -52,7 +52,7 @@ def read_events(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from adapter.clients.simple_consumer import SimpleConsumer
+    from adapter.clients.simple.simple_consumer import SimpleConsumer
 
     ap = argparse.ArgumentParser(description=__doc__)
     for name in ("--bootstrap", "--topic", "--group", "--log"):

@@ -406,7 +406,7 @@ class _Member:
     """What the consumer collector reads of a group member (no Kafka)."""
 
     def __init__(self, engine: Any) -> None:
-        from adapter.clients.outcomes import ConsumerStats
+        from adapter.clients.member.outcomes import ConsumerStats
         from adapter.io.records import TopicNames
 
         self.engine = engine

@@ -1,6 +1,6 @@
 """The drop-in's circuit breaker (:mod:`adapter.core.dropin_circuit`) on a fake clock, and
 the status a member publishes for ``group progress`` (:mod:`adapter.core.circuit_status`,
-:class:`adapter.clients.breaking.CircuitReporter`) with a fake sink."""
+:class:`adapter.clients.member.circuit_reporter.CircuitReporter`) with a fake sink."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapter.clients.breaking import CircuitReporter
+from adapter.clients.member.circuit_reporter import CircuitReporter
 from adapter.core.breaker import Breaker, CircuitBreaker, CircuitState
 from adapter.core.circuit_status import (
     REFRESH_CLOSED_S,

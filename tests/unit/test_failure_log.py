@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from adapter.clients.failure_log import FailureLog
+from adapter.clients.push.failure_log import FailureLog
 
 pytestmark = pytest.mark.unit
 

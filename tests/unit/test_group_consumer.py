@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
-from adapter.clients.consuming import ConsumeSettings, GroupConsumer
-from adapter.clients.listeners import ConcurrentRunner
+from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer
+from adapter.clients.push.concurrent_runner import ConcurrentRunner
 from adapter.core.delay import DelayLevels
 from adapter.core.engine import ConcurrentEngine, EngineOptions, Pause, Resume
 from adapter.core.filter import TagFilter

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from adapter.clients.broadcasting import BroadcastOffsets
-from adapter.clients.lag import LagTracker, partition_lag
+from adapter.clients.member.broadcast_offsets import BroadcastOffsets
+from adapter.clients.member.lag_tracker import LagTracker, partition_lag
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import committed_offsets, retrying_lookup
 from tests.unit.kafka_fakes import Factory, FakeAdmin, FakeConsumer

@@ -136,6 +136,42 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
     assert not violations, "\n".join(violations)
 
 
+#: inside ``adapter.clients``: a client's package -> the client packages it may import.  Three
+#: floors: ``share`` -> ``simple`` -> ``member``, ``push`` -> ``member``; ``producer`` and
+#: ``dropin`` stand apart.  Type-only imports count too: a drawing of the imports has no circle.
+CLIENT_FLOORS: dict[str, tuple[str, ...]] = {
+    "adapter.clients.member": ("adapter.clients.member",),
+    "adapter.clients.push": ("adapter.clients.push", "adapter.clients.member"),
+    "adapter.clients.simple": ("adapter.clients.simple", "adapter.clients.member"),
+    "adapter.clients.share": (
+        "adapter.clients.share",
+        "adapter.clients.simple",
+        "adapter.clients.member",
+    ),
+    "adapter.clients.dropin": ("adapter.clients.dropin",),
+    "adapter.clients.producer": ("adapter.clients.producer",),
+}
+
+
+def test_every_client_package_imports_only_the_floors_below_it() -> None:
+    known = modules()
+    violations = []
+    for name, path in known.items():
+        floor = next((f for f in CLIENT_FLOORS if _under(name, (f,))), None)
+        if floor is None:
+            assert not _under(name, ("adapter.clients",)) or name == "adapter.clients", (
+                f"{name} is in no client package"
+            )
+            continue
+        for target, names, line in imports(name, path, runtime_only=False):
+            if not _under(target, ("adapter.clients",)):
+                continue
+            for mod in _resolved(target, names, known) or [target]:
+                if mod != "adapter.clients" and not _under(mod, CLIENT_FLOORS[floor]):
+                    violations.append(f"{name}:{line} imports {mod} (beside or above {floor})")
+    assert not violations, "\n".join(violations)
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     known = modules()
     violations = []

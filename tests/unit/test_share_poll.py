@@ -1,4 +1,4 @@
-"""The share consumer's poll state (:mod:`adapter.clients.share_poll`) on a fake
+"""The share consumer's poll state (:mod:`adapter.clients.share.poll_state`) on a fake
 ``ShareConsumer``, and the names the classic consumer's modules still export."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from adapter.clients.share_poll import PollState
+from adapter.clients.share.poll_state import PollState
 from adapter.core.engine.pull import HandleState
 from adapter.errors import InvalidReceiptHandleError
 
@@ -111,7 +111,9 @@ def test_live_refuses_a_settled_hold_and_another_consumers_view() -> None:
 
 
 def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
-    from adapter.clients import share_consumer, simple_consumer, simple_options, simple_view
+    from adapter.clients.share import share_consumer
+    from adapter.clients.simple import message_view as simple_view
+    from adapter.clients.simple import simple_consumer, simple_options
 
     for name in ("BACKENDS", "SimpleConsumerBackend", "SimpleConsumerOptions", "SimpleOptions"):
         assert getattr(simple_consumer, name) is getattr(simple_options, name)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from adapter.clients.producer import ProducerSettings
-from adapter.clients.push_consumer import PushConsumerSettings
+from adapter.clients.push.push_consumer import PushConsumerSettings
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.filter import TagFilter
@@ -175,7 +175,11 @@ def test_non_canonical_kafka_names_are_refused(kafka_topic: str) -> None:
 
 
 def test_flow_control_backoff_counts_the_streak_not_all_attempts() -> None:
-    from adapter.clients.retrying import FlowControlled, RetriableSendFailure, send_retrying
+    from adapter.clients.producer.retrying import (
+        FlowControlled,
+        RetriableSendFailure,
+        send_retrying,
+    )
     from adapter.core.backoff import ExponentialBackoff
 
     sleeps: list[float] = []
@@ -260,9 +264,9 @@ def test_librdkafka_log_lines_go_through_python_logging(
 @pytest.mark.parametrize(
     ("typed", "validated"),
     [
-        ("adapter.clients.push_consumer:PushConsumerOptions", "PushConsumerSettings"),
+        ("adapter.clients.push.push_consumer:PushConsumerOptions", "PushConsumerSettings"),
         ("adapter.clients.producer:ProducerOptions", "ProducerSettings"),
-        ("adapter.clients.simple_consumer:SimpleConsumerOptions", "SimpleOptions"),
+        ("adapter.clients.simple.simple_consumer:SimpleConsumerOptions", "SimpleOptions"),
         ("adapter.services.schedule.service:ScheduleServiceOptions", "ScheduleServiceSettings"),
         ("adapter.kafka:DropInOptions", "DropInSettings"),
     ],
@@ -348,7 +352,7 @@ def test_repeated_librdkafka_lines_are_written_once_then_summarised(
 
 @pytest.mark.parametrize("port", [-1, 65536, "9100", True])
 def test_a_bad_metrics_port_names_the_field_for_every_client(port: object) -> None:
-    from adapter.clients.push_options import PushConsumerSettings
+    from adapter.clients.push.push_options import PushConsumerSettings
     from adapter.services.schedule.options import ScheduleServiceSettings
 
     for settings in (PushConsumerSettings, ScheduleServiceSettings):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapter.clients.outcomes import ConsumerTracer
+from adapter.clients.member.outcomes import ConsumerTracer
 from adapter.core.codec import Failure
 from adapter.core.engine.actions import TraceInfo
 from adapter.core.message import MessageExt

@@ -16,7 +16,7 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.clients.outcomes import ConsumerTracer
+from adapter.clients.member.outcomes import ConsumerTracer
 from adapter.core.message import MessageExt, view_of
 from adapter.core.trace import (
     BATCHES,

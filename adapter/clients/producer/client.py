@@ -30,7 +30,7 @@ from adapter.clients.producer.records import (
     scheduled_record,
 )
 from adapter.clients.producer.results import SendCallback, SendResult, send_ok
-from adapter.clients.retrying import RETRIED, FlowControlled, retry_after, send_retrying
+from adapter.clients.producer.retrying import RETRIED, FlowControlled, retry_after, send_retrying
 from adapter.constants import ANY_PARTITION, PROPERTY_UNIQ_KEY
 from adapter.core.codec import encode_message_headers
 from adapter.core.ids import MessageIdGenerator

@@ -32,7 +32,7 @@ from adapter.clients.producer.results import (
     set_status,
     set_topic,
 )
-from adapter.clients.retrying import (
+from adapter.clients.producer.retrying import (
     RETRIED,
     FlowControlled,
     exhausted,

@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from adapter.clients.retrying import FlowControlled, RetriableSendFailure
+from adapter.clients.producer.retrying import FlowControlled, RetriableSendFailure
 from adapter.constants import ANY_PARTITION
 from adapter.errors import (
     AdapterError,

@@ -1,4 +1,4 @@
-"""The options of :class:`~adapter.clients.push_consumer.PushConsumer`: the keyword options as
+"""The options of :class:`~adapter.clients.push.push_consumer.PushConsumer`: the keyword options as
 typed (:class:`PushConsumerOptions`) and validated (:class:`PushConsumerSettings`), and the
 ``consume_timestamp`` forms it accepts."""
 

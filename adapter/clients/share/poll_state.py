@@ -3,7 +3,7 @@
 :class:`PollState` keeps them (waiting to be received, held by a receive, due for the
 dead-letter queue) and applies :mod:`adapter.core.share`'s decisions to them: which record
 is handed out, which hold ran out, which record is released or dead-lettered.  The consumer
-(:mod:`adapter.clients.share_consumer`) owns the lock, the threads and the Kafka calls
+(:mod:`adapter.clients.share.share_consumer`) owns the lock, the threads and the Kafka calls
 around it; every method here runs under that lock.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import confluent_kafka
 
-from adapter.clients.share_group import BROKER_DEFAULT_LOCK_S
-from adapter.clients.share_view import ShareHold, ShareMessageView, share_view_of
-from adapter.clients.simple_view import MessageView
+from adapter.clients.share.share_group import BROKER_DEFAULT_LOCK_S
+from adapter.clients.share.share_view import ShareHold, ShareMessageView, share_view_of
+from adapter.clients.simple.message_view import MessageView
 from adapter.core.engine.pull import MIN_RECEIVE_INVISIBLE_S, HandleState
 from adapter.core.filter import TagFilter
 from adapter.core.message import view_of

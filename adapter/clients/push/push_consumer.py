@@ -1,9 +1,10 @@
 """``PushConsumer``: RocketMQ's ``DefaultMQPushConsumer`` on a Kafka consumer group.
 
 The rules live in the pure engine (:mod:`adapter.core.engine`); the Kafka side in the
-shared loop (:mod:`adapter.io.loop`), the group member (:mod:`adapter.clients.consuming`)
-and the listener runner (:mod:`adapter.clients.listeners`).  This module is the API:
-options, subscriptions, the listener, the lifecycle and the figures.
+shared loop (:mod:`adapter.io.loop`), the group member
+(:mod:`adapter.clients.member.group_consumer`) and the listener runner
+(:mod:`adapter.clients.push.concurrent_runner`).  This module is the API: options,
+subscriptions, the listener, the lifecycle and the figures.
 """
 
 from __future__ import annotations
@@ -13,18 +14,22 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from adapter.clients.async_runner import AsyncRunner, is_async_listener
-from adapter.clients.breaking import CircuitReporter, circuit_engine
-from adapter.clients.consuming import ConsumeSettings, GroupConsumer, Runner
-from adapter.clients.listeners import ConcurrentRunner
-from adapter.clients.orderly import OrderlyListener, OrderlyRunner
-from adapter.clients.push_listeners import (
+from adapter.clients.member.circuit_reporter import CircuitReporter, circuit_engine
+from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer, Runner
+from adapter.clients.member.reset_receiver import ResetReceiver
+from adapter.clients.push.async_runner import AsyncRunner, is_async_listener
+from adapter.clients.push.concurrent_runner import ConcurrentRunner
+from adapter.clients.push.orderly_runner import OrderlyListener, OrderlyRunner
+from adapter.clients.push.push_listeners import (
     Listener,
     MessageListenerConcurrently,
     MessageListenerOrderly,
 )
-from adapter.clients.push_options import PushConsumerOptions, PushConsumerSettings, timestamp_ms
-from adapter.clients.resets import ResetReceiver
+from adapter.clients.push.push_options import (
+    PushConsumerOptions,
+    PushConsumerSettings,
+    timestamp_ms,
+)
 from adapter.core import naming
 from adapter.core.delay import resolve_max_reconsume_times
 from adapter.core.engine import ConcurrentEngine, EngineOptions

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapter.clients.simple_view import MessageView
+from adapter.clients.simple.message_view import MessageView
 from adapter.core.engine.pull import HandleState
 from adapter.core.message import MessageExt, view_of
 from adapter.errors import InvalidInputError

@@ -30,29 +30,29 @@ from typing import Any, Unpack
 
 import confluent_kafka
 
-from adapter.clients.share_dead_letters import write_dead_letters
-from adapter.clients.share_group import (
+from adapter.clients.share.dead_letters import write_dead_letters
+from adapter.clients.share.poll_state import PollState
+from adapter.clients.share.share_group import (
     BROKER_DEFAULT_LOCK_S,
     GROUP_LOCK,
     ResetRefresher,
     configure_share_group,
     share_group_configs,
 )
-from adapter.clients.share_poll import PollState
-from adapter.clients.share_view import ShareHold, ShareMessageView, share_view_of
-from adapter.clients.simple_consumer import SimpleConsumer
-from adapter.clients.simple_options import (
+from adapter.clients.share.share_view import ShareHold, ShareMessageView, share_view_of
+from adapter.clients.simple.message_view import (
+    FilterExpression,
+    MessageView,
+    PullFuture,
+    tag_filter_of,
+)
+from adapter.clients.simple.simple_consumer import SimpleConsumer
+from adapter.clients.simple.simple_options import (
     BACKENDS,
     SimpleConsumerBackend,
     SimpleConsumerOptions,
     SimpleOptions,
     group_config,
-)
-from adapter.clients.simple_view import (
-    FilterExpression,
-    MessageView,
-    PullFuture,
-    tag_filter_of,
 )
 from adapter.core import naming
 from adapter.core.engine.pull import (

@@ -1,4 +1,4 @@
-"""The listener shapes :class:`~adapter.clients.push_consumer.PushConsumer` accepts: RocketMQ's
+"""The listener shapes :class:`~adapter.clients.push.push_consumer.PushConsumer` accepts: RocketMQ's
 listener interfaces (an object with ``consume_message``) and the plain callable."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""What a :class:`~adapter.clients.simple_consumer.SimpleConsumer` hands to the application:
+"""What a :class:`~adapter.clients.simple.simple_consumer.SimpleConsumer` hands to the application:
 the received message (``MessageView``, which is its own receipt handle), the futures of the
 ``*_async`` calls (``PullFuture``) and the subscription filter (``FilterExpression``).
 
-Kept apart from the consumer so every backend (:mod:`adapter.clients.share_consumer`) hands
+Kept apart from the consumer so every backend (:mod:`adapter.clients.share.share_consumer`) hands
 out the same types.
 """
 
@@ -74,7 +74,7 @@ class MessageView:
 
     Each backend hands out its own subclass, which is also the message's receipt handle
     (one object per received message): :class:`ClassicMessageView` here,
-    :class:`~adapter.clients.share_view.ShareMessageView` on a share group.
+    :class:`~adapter.clients.share.share_view.ShareMessageView` on a share group.
     """
 
     __slots__ = ()

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from adapter.clients.contracts import Call
-from adapter.clients.failure_log import FailureLog
+from adapter.clients.member.contracts import Call
+from adapter.clients.push.failure_log import FailureLog
 from adapter.core.engine import ConcurrentEngine, Work
 from adapter.core.listener import (
     ConsumeConcurrentlyContext,
@@ -34,7 +34,7 @@ from adapter.core.message import start_consuming
 from adapter.core.routing import ConsumeConcurrentlyStatus
 
 if TYPE_CHECKING:
-    from adapter.clients.consuming import GroupConsumer
+    from adapter.clients.member.group_consumer import GroupConsumer
 
 log = logging.getLogger("adapter.consumer")
 

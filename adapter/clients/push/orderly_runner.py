@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapter.clients.contracts import Call
-from adapter.clients.failure_log import FailureLog
-from adapter.clients.listeners import Calls, WorkerPool
+from adapter.clients.member.contracts import Call
+from adapter.clients.push.concurrent_runner import Calls, WorkerPool
+from adapter.clients.push.failure_log import FailureLog
 from adapter.core.codec import Failure
 from adapter.core.engine import Work
 from adapter.core.engine.actions import Action, Dropped, SendBack, TraceInfo
@@ -41,7 +41,7 @@ from adapter.core.message import start_consuming
 from adapter.core.trace import TraceStatus
 
 if TYPE_CHECKING:
-    from adapter.clients.consuming import GroupConsumer
+    from adapter.clients.member.group_consumer import GroupConsumer
 
 log = logging.getLogger("adapter.consumer")
 

@@ -8,7 +8,7 @@ delivered again, to this or another member, with ``delivery_attempt + 1``; after
 Python client (``rocketmq.SimpleConsumer``).
 
 The rules live in the pure engine (:mod:`adapter.core.engine.pull`); the Kafka side is the
-shared group member (:mod:`adapter.clients.consuming`) on the shared loop
+shared group member (:mod:`adapter.clients.member.group_consumer`) on the shared loop
 (:mod:`adapter.io.loop`).  The application's threads call the engine under a lock that is
 held only for the engine call.  A ``receive`` that finds fewer messages buffered than it
 asks for reads librdkafka itself, on its own thread, when the loop is not mid-step
@@ -29,18 +29,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Unpack, cast
 
-from adapter.clients.consuming import ConsumeSettings, GroupConsumer
-from adapter.clients.contracts import Call
-from adapter.clients.simple_options import (
-    BACKENDS,
-    DEFAULT_AWAIT_DURATION_S,
-    MAX_AWAIT_DURATION_S,
-    SimpleConsumerBackend,
-    SimpleConsumerOptions,
-    SimpleOptions,
-    group_config,
-)
-from adapter.clients.simple_view import (
+from adapter.clients.member.contracts import Call
+from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer
+from adapter.clients.simple.message_view import (
     ClassicMessageView,
     FilterExpression,
     MessageView,
@@ -48,6 +39,15 @@ from adapter.clients.simple_view import (
     handle_of,
     settled,
     tag_filter_of,
+)
+from adapter.clients.simple.simple_options import (
+    BACKENDS,
+    DEFAULT_AWAIT_DURATION_S,
+    MAX_AWAIT_DURATION_S,
+    SimpleConsumerBackend,
+    SimpleConsumerOptions,
+    SimpleOptions,
+    group_config,
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
@@ -333,7 +333,7 @@ class SimpleConsumer:
     of threads may receive and acknowledge.
 
     ``backend="share"`` runs it on a Kafka share group instead (KIP-932, broker 4.2+:
-    :mod:`adapter.clients.share_consumer`, docs/semantics.md §4.13.1).
+    :mod:`adapter.clients.share.share_consumer`, docs/semantics.md §4.13.1).
     """
 
     def __new__(

@@ -1,4 +1,4 @@
-"""The contracts of a consumer group member (:mod:`adapter.clients.consuming`): what it
+"""The contracts of a consumer group member (:mod:`adapter.clients.member.group_consumer`): what it
 needs of its kind's engine and runner, and the resolved settings it fetches and starts by."""
 
 from __future__ import annotations

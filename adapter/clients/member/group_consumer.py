@@ -14,11 +14,12 @@ after a truncation) restarts at the earliest retained offset: RocketMQ corrects 
 offset to the minimum, and nothing retained is skipped.
 
 Beside the loop itself (fetch, dispatch, carry out the engine's actions, commit, rebalance)
-the member delegates: start positions to :mod:`adapter.clients.starts`, the verdicts on its
-send-back copies, its counters and trace events to :mod:`adapter.clients.outcomes`, a
-broadcasting instance's local offsets to :mod:`adapter.clients.broadcasting`, lag to
-:mod:`adapter.clients.lag`; what it needs of an engine and a runner, and its settings, are
-in :mod:`adapter.clients.contracts`.  Its Kafka clients come from factories
+the member delegates: start positions to :mod:`adapter.clients.member.start_positions`, the
+verdicts on its send-back copies, its counters and trace events to
+:mod:`adapter.clients.member.outcomes`, a broadcasting instance's local offsets to
+:mod:`adapter.clients.member.broadcast_offsets`, lag to :mod:`adapter.clients.member.lag_tracker`;
+what it needs of an engine and a runner, and its settings, are in
+:mod:`adapter.clients.member.contracts`.  Its Kafka clients come from factories
 (confluent-kafka's classes by default) so that a test can use fakes.
 
 What stays here is one member's loop: fetching, dispatching, carrying out actions,
@@ -43,23 +44,23 @@ from confluent_kafka import (
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
 
-from adapter.clients.breaking import CircuitReporter
-from adapter.clients.broadcasting import (
+from adapter.clients.member.broadcast_offsets import (
     PERSIST_INTERVAL_S,
     REDISCOVER_INTERVAL_S,
     BroadcastOffsets,
 )
-from adapter.clients.contracts import (
+from adapter.clients.member.circuit_reporter import CircuitReporter
+from adapter.clients.member.contracts import (
     CLOSE_S,
     REVOKE_DRAIN_S,
     ConsumeSettings,
     Engine,
     Runner,
 )
-from adapter.clients.lag import LAG_INTERVAL_S, LagTracker
-from adapter.clients.outcomes import ConsumerStats, ConsumerTracer, Emit, SendBackResults
-from adapter.clients.resets import ResetReceiver
-from adapter.clients.starts import StartPositions
+from adapter.clients.member.lag_tracker import LAG_INTERVAL_S, LagTracker
+from adapter.clients.member.outcomes import ConsumerStats, ConsumerTracer, Emit, SendBackResults
+from adapter.clients.member.reset_receiver import ResetReceiver
+from adapter.clients.member.start_positions import StartPositions
 from adapter.constants import ANY_PARTITION, METADATA_REFRESH_MS, SUBSCRIPTION_CHECK_S
 from adapter.core import hops
 from adapter.core.clock import Clock
@@ -120,9 +121,9 @@ IDLE_FETCH_S = 0.1
 #: Longest the loop waits for the verdicts on copies that hold a partition at its flow
 #: limit before it pauses the partition (a healthy broker answers in a round trip).
 HURRY_WAIT_S = 0.05
-# REVOKE_DRAIN_S (adapter.clients.contracts), broadcasting's PERSIST_INTERVAL_S and
-# REDISCOVER_INTERVAL_S (adapter.clients.broadcasting) and LAG_INTERVAL_S
-# (adapter.clients.lag) are importable from here too; the member reads
+# REVOKE_DRAIN_S (adapter.clients.member.contracts), broadcasting's PERSIST_INTERVAL_S and
+# REDISCOVER_INTERVAL_S (adapter.clients.member.broadcast_offsets) and LAG_INTERVAL_S
+# (adapter.clients.member.lag_tracker) are importable from here too; the member reads
 # REDISCOVER_INTERVAL_S from this module when it opens, so a test may shorten it here.
 A = TypeVar("A", bound=Action)
 

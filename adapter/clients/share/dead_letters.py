@@ -11,7 +11,7 @@ from typing import Any
 
 import confluent_kafka
 
-from adapter.clients.share_view import ShareMessageView
+from adapter.clients.share.share_view import ShareMessageView
 from adapter.core.codec import Failure, dlq_headers
 from adapter.core.engine.pull import EXPIRED_FAILURE_TYPE
 from adapter.core.routing import DeadLetterReason

@@ -1,8 +1,8 @@
-"""The options of :class:`~adapter.clients.simple_consumer.SimpleConsumer`: the keyword
+"""The options of :class:`~adapter.clients.simple.simple_consumer.SimpleConsumer`: the keyword
 options (``SimpleConsumerOptions``), their validation (``SimpleOptions``) and the backends
 a consumer may run on (``SimpleConsumerBackend`` and the ``BACKENDS`` registry).
 
-Kept apart from the consumer so a backend (:mod:`adapter.clients.share_consumer`) takes the
+Kept apart from the consumer so a backend (:mod:`adapter.clients.share.share_consumer`) takes the
 same options and registers itself without the classic consumer's machinery.
 """
 
@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from adapter.clients.push_options import timestamp_ms
 from adapter.constants import (
     DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
     DEFAULT_PULL_THRESHOLD_FOR_QUEUE,
@@ -27,14 +26,14 @@ from adapter.core.engine.pull import (
     DEFAULT_MAX_UNACKED,
     seconds_of,
 )
-from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of
+from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of, timestamp_ms
 from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_int, check_kafka_config, check_seconds
 from adapter.io.loop import ErrorCallback
 
 if TYPE_CHECKING:
-    from adapter.clients.simple_consumer import SimpleConsumer
+    from adapter.clients.simple.simple_consumer import SimpleConsumer
 
 __all__ = [
     "BACKENDS",

@@ -4,7 +4,7 @@
 ctx)`` on an event loop, at most ``consume_thread_max`` batches at a time (a semaphore
 instead of a pool of threads).  Results come back through the same queue a worker pool
 uses, so the rules (``ack_index``, the retry ladder, consume timeouts, revokes) are the
-engine's, unchanged.  :class:`~adapter.clients.push_consumer.PushConsumer` picks it by
+engine's, unchanged.  :class:`~adapter.clients.push.push_consumer.PushConsumer` picks it by
 itself when the registered listener is a coroutine function (:func:`is_async_listener`);
 the loop is the consumer's ``event_loop`` option, else one event-loop thread of its own.
 
@@ -20,14 +20,14 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from adapter.clients.contracts import Call
-from adapter.clients.listeners import SKIPPED, ConcurrentRunner
+from adapter.clients.member.contracts import Call
+from adapter.clients.push.concurrent_runner import SKIPPED, ConcurrentRunner
 from adapter.core.engine import ConcurrentEngine, Work
 from adapter.core.listener import ConsumeConcurrentlyContext, ListenerMode
 from adapter.core.message import start_consuming
 
 if TYPE_CHECKING:
-    from adapter.clients.consuming import GroupConsumer
+    from adapter.clients.member.group_consumer import GroupConsumer
 
 log = logging.getLogger("adapter.consumer")
 

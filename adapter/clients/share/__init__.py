@@ -1,0 +1,1 @@
+"""The SimpleConsumer's share-group backend (Kafka share groups, KIP-932)."""

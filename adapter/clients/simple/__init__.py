@@ -1,0 +1,1 @@
+"""The SimpleConsumer (:mod:`.simple_consumer`), its options and its message views."""
