@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
+import confluent_kafka
+
 from adapter.errors import ConfigError
 
 log = logging.getLogger("adapter")
@@ -79,6 +81,60 @@ PRODUCER_ONLY_PREFIXES = (
 )
 PRODUCER_ONLY_KEYS = frozenset({"queue.buffering.max.messages", "enable.gapless.guarantee"})
 
+#: The librdkafka settings users set most, for a suggestion when a name is misspelt
+#: (librdkafka itself decides what is known: :func:`check_kafka_names`).
+KNOWN_KAFKA_KEYS = CONNECTION_KEYS | {
+    "acks",
+    "allow.auto.create.topics",
+    "auto.commit.interval.ms",
+    "auto.offset.reset",
+    "batch.num.messages",
+    "batch.size",
+    "compression.type",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.idempotence",
+    "enable.partition.eof",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.wait.max.ms",
+    "group.id",
+    "group.instance.id",
+    "group.protocol",
+    "heartbeat.interval.ms",
+    "isolation.level",
+    "linger.ms",
+    "max.in.flight.requests.per.connection",
+    "max.partition.fetch.bytes",
+    "max.poll.interval.ms",
+    "message.max.bytes",
+    "message.timeout.ms",
+    "metadata.max.age.ms",
+    "partition.assignment.strategy",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+    "request.timeout.ms",
+    "retries",
+    "retry.backoff.ms",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.password",
+    "sasl.username",
+    "security.protocol",
+    "session.timeout.ms",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.key.location",
+    "ssl.key.password",
+    "statistics.interval.ms",
+    "topic.metadata.refresh.interval.ms",
+    "transactional.id",
+    "transaction.timeout.ms",
+}
+
 _VALUE_TYPES = (str, int, float, bool)
 
 
@@ -97,7 +153,50 @@ def check_kafka_config(config: Mapping[str, Any], owner: str) -> dict[str, Any]:
         out[key] = value
     if not out.get("bootstrap.servers"):
         raise ConfigError("bootstrap.servers", out.get("bootstrap.servers"), "is required")
+    check_kafka_names(out)
     return out
+
+
+#: librdkafka's words for a setting it does not know, or a value it cannot parse
+_NO_SUCH = "No such configuration property"
+_INVALID = "Invalid value for configuration property"
+
+
+def check_kafka_names(config: Mapping[str, Any]) -> None:
+    """Refuse a setting librdkafka does not know (``bootstrap.server``) or a value it cannot
+    parse, now rather than when the client starts: librdkafka checks the names itself on
+    a throw-away producer that has no broker to reach (no connection is made, about a
+    tenth of a millisecond).  The error names the setting; a close known name is offered
+    where this project knows one."""
+    probe = {
+        k: v for k, v in config.items() if not callable(v) and not isinstance(v, logging.Logger)
+    }
+    probe["bootstrap.servers"] = ""
+    probe["log_level"] = 0  # the probe's own notices (no broker configured) say nothing
+    try:
+        confluent_kafka.Producer(probe)
+    except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
+        text = _error_text(exc)
+        key = _quoted(text)
+        if key is None or key not in config:
+            raise ConfigError("config", None, f"refused by librdkafka: {text}") from None
+        if text.startswith(_NO_SUCH):
+            near = difflib.get_close_matches(key, sorted(KNOWN_KAFKA_KEYS), n=1, cutoff=0.8)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(key, config[key], f"no such librdkafka setting{hint}") from None
+        raise ConfigError(key, config[key], f"librdkafka cannot parse it ({text})") from None
+
+
+def _error_text(exc: BaseException) -> str:
+    arg = exc.args[0] if exc.args else exc
+    text = arg.str() if hasattr(arg, "str") else str(arg)
+    return str(text)
+
+
+def _quoted(text: str) -> str | None:
+    first = text.find('"')
+    last = text.find('"', first + 1)
+    return text[first + 1 : last] if 0 <= first < last else None
 
 
 def admin_config(config: Mapping[str, Any]) -> dict[str, Any]:
