@@ -71,6 +71,24 @@ def test_every_command_and_flag_is_described(capsys: pytest.CaptureFixture[str])
     assert missing == {}
 
 
+_REST = re.compile(r"``|:(?:class|mod|func|meth|attr|data|exc):`")
+
+
+def test_no_help_text_shows_restructuredtext_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` is read in a terminal: plain text (it showed ````rmq-kafka````: ...)."""
+    commands = _commands(capsys)
+    marked = {
+        " ".join(p): [ln for ln in t.splitlines() if _REST.search(ln)] for p, t in commands.items()
+    }
+    assert {path: lines for path, lines in marked.items() if lines} == {}
+
+
+def test_the_markup_detector_sees_markup() -> None:
+    assert _REST.search("``rmq-kafka``: the broker")
+    assert _REST.search("see :class:`Producer`")
+    assert not _REST.search("rmq-kafka: the broker (`-b`)")
+
+
 def test_the_detector_sees_a_bare_flag() -> None:
     text = "options:\n  -h, --help  show this\n  --limit LIMIT\n  --all       every entry\n"
     assert _undescribed(text) == ["--limit LIMIT"]
