@@ -104,7 +104,7 @@ case "$cmd" in
       echo "$docs_want" > "$VENV/.rmq-docs-installed"
     fi
     echo "==> mkdocs build --strict (into site/)"
-    exec "$VENV/bin/mkdocs" build --strict "$@"
+    NO_MKDOCS_2_WARNING=1 exec "$VENV/bin/mkdocs" build --strict "$@"
     ;;
   *)
     sed -n '2,11p' "$0"
