@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
-from adapter import __version__
+import adapter
 from adapter.cli import analytics, bench, broker, demo, dlq, group, msg, schedule, topics
 from adapter.cli.options import add_verbose_everywhere
 from adapter.embedded.broker import EmbeddedKafkaError
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"rmq-kafka {__version__}",
+        version=f"rmq-kafka {adapter.__version__}",
         help="print the installed version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
