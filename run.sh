@@ -6,6 +6,7 @@
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
+#   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -54,7 +55,7 @@ case "$cmd" in
   test)
     setup
     # the suite's brokers live minutes: the client compiler alone starts them on about half
-    # the CPU (BENCHMARKS.md, "Suite time"); set RMQ_KAFKA_JVM_OPTS= to run them as shipped
+    # the CPU (CHANGELOG.md, "suite time"); set RMQ_KAFKA_JVM_OPTS= to run them as shipped
     export RMQ_KAFKA_JVM_OPTS="${RMQ_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}"
     echo "==> ruff"
     "$VENV/bin/ruff" check adapter tests
@@ -93,8 +94,20 @@ case "$cmd" in
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
     ;;
+  docs)
+    # no Java needed: only the venv and the docs extra (MkDocs, Material, mkdocstrings)
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    docs_want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+    if [ "$(cat "$VENV/.rmq-docs-installed" 2>/dev/null)" != "$docs_want" ]; then
+      echo "==> installing the project's docs extra into $VENV"
+      "$VENV/bin/python" -m pip install -q -e ".[docs]"
+      echo "$docs_want" > "$VENV/.rmq-docs-installed"
+    fi
+    echo "==> mkdocs build --strict (into site/)"
+    NO_MKDOCS_2_WARNING=1 exec "$VENV/bin/mkdocs" build --strict "$@"
+    ;;
   *)
-    sed -n '2,10p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac

@@ -11,6 +11,10 @@ The confluent-kafka-shaped drop-in is :mod:`adapter.kafka` (``from adapter.kafka
 Consumer``); asyncio front ends are in :mod:`adapter.aio`.
 """
 
+# the one place the version is written: pyproject.toml reads it (``dynamic = ["version"]``),
+# so the installed distribution's metadata, ``rmq-kafka --version`` and this agree
+__version__ = "0.1.0"
+
 from adapter import naming
 from adapter.clients.producer import Producer, SendResult, SendStatus
 from adapter.clients.push.push_consumer import (

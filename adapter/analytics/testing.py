@@ -42,7 +42,7 @@ def shared_spark() -> Any:
             "spark.sql.streaming.stateStore.maintenanceInterval": "600s",
             # a test session lives minutes and runs dozens of tiny jobs: the optimising JIT
             # compiler's work is never paid back, and parallel GC threads only compete with
-            # the broker for the cores (BENCHMARKS.md, "Suite time")
+            # the broker for the cores (CHANGELOG.md, "suite time")
             "spark.driver.extraJavaOptions": f"{SPARK_DEFAULTS['spark.driver.extraJavaOptions']}"
             f" {TEST_DRIVER_JAVA_OPTIONS}",
         },

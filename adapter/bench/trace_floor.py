@@ -14,10 +14,10 @@ least: reaching the record under its view (a slot read), one ``headers()`` call,
 ``timestamp()`` call (confluent-kafka builds a tuple) and the transposition of the
 ``(type, timestamp)`` pairs into a column -- each a C-level pass (``map``, ``any``,
 ``zip``), no Python frame per record.  Handing the records over unread instead keeps
-GC-tracked objects alive until the sink's thread reads them (BENCHMARKS.md, "Traces
-(session 16)"), and with one GIL the reading costs the same on either thread.  The sink's
-thread then makes one run of each hand-over and encodes it (their listener times differ,
-so hand-overs never share a run).
+GC-tracked objects alive until the sink's thread reads them (CHANGELOG.md, "Benchmark
+history", the traces of 2026-11-26 before 15:39 UTC), and with one GIL the reading costs
+the same on either thread.  The sink's thread then makes one run of each hand-over and
+encodes it (their listener times differ, so hand-overs never share a run).
 
 Every figure is thread CPU (``time.thread_time``), the best of ``--repeats`` passes over
 ``--records`` records in hand-overs of ``--run`` (a fetched run's size in the trace rows),

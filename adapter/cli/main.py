@@ -18,22 +18,34 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
+import adapter
 from adapter.cli import analytics, bench, broker, demo, dlq, group, msg, schedule, topics
 from adapter.cli.options import add_verbose_everywhere
 from adapter.embedded.broker import EmbeddedKafkaError
 from adapter.errors import AdapterError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DESCRIPTION", "build_parser", "main"]
+
+# what ``--help`` shows first: plain text (the module docstring above is reStructuredText)
+DESCRIPTION = (
+    "rmq-kafka: the embedded Kafka broker, topics, the ScheduleService, DLQ tools, "
+    "admin commands (group progress and offset resets, message journeys, ScheduleService "
+    "status), the demo and the benchmarks"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``rmq-kafka`` parser: each command family adds its own subcommands, in the order
     ``--help`` lists them."""
-    parser = argparse.ArgumentParser(
-        prog="rmq-kafka", description=__doc__.split("\n")[0] if __doc__ else None
-    )
+    parser = argparse.ArgumentParser(prog="rmq-kafka", description=DESCRIPTION)
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="debug logging (also librdkafka's own lines)"
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"rmq-kafka {adapter.__version__}",
+        help="print the installed version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     broker.add_parser(sub)

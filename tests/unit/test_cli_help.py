@@ -1,6 +1,6 @@
 """The CLI a newcomer meets through ``--help`` (no broker): one style (subcommands everywhere,
 ``-v`` after any of them, flags of one action refused by another), every subcommand and
-flag described, and every flag the README's CLI synopsis shows is one the command takes.
+flag described, and every flag the CLI page's synopsis shows is one the command takes.
 
 Found by following the README: ``dlq``, ``topics`` and ``schedule-service`` took a positional
 action with shared flags (``dlq list --to-origin`` was accepted), several flags had no help,
@@ -18,7 +18,7 @@ from adapter.cli import build_parser
 
 pytestmark = pytest.mark.unit
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operating" / "cli.md"
 _CHOICES = re.compile(r"^  \{([\w,-]+)\}$", re.M)
 
 
@@ -71,6 +71,24 @@ def test_every_command_and_flag_is_described(capsys: pytest.CaptureFixture[str])
     assert missing == {}
 
 
+_REST = re.compile(r"``|:(?:class|mod|func|meth|attr|data|exc):`")
+
+
+def test_no_help_text_shows_restructuredtext_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--help`` is read in a terminal: plain text (it showed ````rmq-kafka````: ...)."""
+    commands = _commands(capsys)
+    marked = {
+        " ".join(p): [ln for ln in t.splitlines() if _REST.search(ln)] for p, t in commands.items()
+    }
+    assert {path: lines for path, lines in marked.items() if lines} == {}
+
+
+def test_the_markup_detector_sees_markup() -> None:
+    assert _REST.search("``rmq-kafka``: the broker")
+    assert _REST.search("see :class:`Producer`")
+    assert not _REST.search("rmq-kafka: the broker (`-b`)")
+
+
 def test_the_detector_sees_a_bare_flag() -> None:
     text = "options:\n  -h, --help  show this\n  --limit LIMIT\n  --all       every entry\n"
     assert _undescribed(text) == ["--limit LIMIT"]
@@ -105,11 +123,10 @@ def test_a_flag_of_another_action_is_refused(
 
 
 def _synopsis() -> list[tuple[tuple[str, ...], list[str]]]:
-    """The README's CLI block: (command path, flags shown) per ``rmq-kafka ...`` entry
+    """The CLI page's synopsis: (command path, flags shown) per ``rmq-kafka ...`` entry
     (continuation lines belong to the entry above; ``a|b`` takes its first alternative)."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("\n## CLI\n") :]
-    block = section[section.index("```\n") + 4 :]
+    text = CLI_PAGE.read_text(encoding="utf-8")
+    block = text[text.index("```text\n") + 8 :]
     block = block[: block.index("```")]
     entries: list[tuple[tuple[str, ...], list[str]]] = []
     for line in block.splitlines():
@@ -125,7 +142,7 @@ def _synopsis() -> list[tuple[tuple[str, ...], list[str]]]:
     return entries
 
 
-def test_every_flag_of_the_readme_synopsis_exists(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_flag_of_the_cli_page_synopsis_exists(capsys: pytest.CaptureFixture[str]) -> None:
     entries = _synopsis()
     assert len(entries) >= 10, entries
     unknown = {}

@@ -4,10 +4,10 @@ in the default tier (no RocketMQ needed).
 The tier itself is opt-in (``./run.sh conformance``); these tests keep what it relies on from
 rotting between its runs: the comparator reports a difference it should (so the tier can fail),
 the accepted-differences table parses and matches as documented, every row still concerns a
-scenario that exists, and the README's table and ``docs/semantics.md`` §8.1 list exactly the
-rows of ``tests/conformance/accepted_differences.md`` (every accepted difference is also a
-sentence in docs/semantics.md, and the README lists them in one table) with the scenario
-count the tier runs.
+scenario that exists, and the conformance page (docs/conformance.md) and ``docs/semantics.md``
+§8.1 list exactly the rows of ``tests/conformance/accepted_differences.md`` (every accepted
+difference is also a sentence in docs/semantics.md, and the conformance page lists them in
+one table) with the scenario count the tier runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from tests.conformance.scenarios import SCENARIOS
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 SEMANTICS = (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8")
 ROWS = compare.load_accepted()
 NAMES = [s["name"] for s in SCENARIOS]
@@ -39,7 +38,7 @@ def _section(text: str, heading: str) -> str:
     return text[start : m.start() if m else len(text)]
 
 
-README_SECTION = _section(README, "## Conformance with RocketMQ")
+CONFORMANCE_PAGE = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
 SEMANTICS_SECTION = _section(SEMANTICS, "### 8.1 Differences measured against RocketMQ 4.9.7")
 
 
@@ -148,9 +147,9 @@ def _ids(text: str, pattern: str) -> list[str]:
 
 class TestDocsListTheSameRows:
     def test_the_readme_has_one_table_with_every_row_and_its_reason(self) -> None:
-        assert _ids(README_SECTION, r"^\| (A\d+) \|") == [r.id for r in ROWS]
+        assert _ids(CONFORMANCE_PAGE, r"^\| (A\d+) \|") == [r.id for r in ROWS]
         for r in ROWS:
-            line = next(x for x in README_SECTION.splitlines() if x.startswith(f"| {r.id} |"))
+            line = next(x for x in CONFORMANCE_PAGE.splitlines() if x.startswith(f"| {r.id} |"))
             assert r.reason in line, r.id
             assert f"| {r.kind} |" in line, r.id
 
@@ -163,6 +162,6 @@ class TestDocsListTheSameRows:
             assert f"**{r.id}** ({r.kind};" in flat, r.id
 
     def test_both_state_the_number_of_scenarios_the_tier_runs(self) -> None:
-        for text in (README_SECTION, SEMANTICS_SECTION):
+        for text in (CONFORMANCE_PAGE, SEMANTICS_SECTION):
             counts = {int(n) for n in re.findall(r"\bruns (\d+) scenarios\b", text)}
             assert counts == {len(SCENARIOS)}, counts
