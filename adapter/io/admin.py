@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import (
@@ -37,7 +37,13 @@ from adapter.errors import (
     KafkaClientError,
 )
 from adapter.io.config import admin_config, check_kafka_config
-from adapter.io.errors import AUTH_CODES, FatalErrorWatch, client_error, make_client
+from adapter.io.errors import (
+    AUTH_CODES,
+    UNREACHABLE_S,
+    FatalErrorWatch,
+    client_error,
+    make_client,
+)
 from adapter.io.topics import cluster_replication
 
 log = logging.getLogger("adapter.ops")
@@ -48,6 +54,7 @@ CLIENT_LOG: Final = logging.getLogger("adapter.ops.librdkafka")
 
 #: How long one step of a wait lasts: the granularity of fail-fast.
 _STEP_S: Final = 0.1
+_T = TypeVar("_T")
 _UNREACHABLE: Final = frozenset(
     {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
 )
@@ -126,6 +133,14 @@ class AdminSession:
         # looking a name up must never create it (brokers with auto.create.topics.enable)
         conf["allow.auto.create.topics"] = False
         self.admin = make_client(AdminClient, conf, what="admin client")
+        self._since = time.monotonic()
+        self._answered = False  # some call was answered: brokers were reachable once
+
+    def answered(self, result: _T) -> _T:
+        """``result`` of a call that Kafka answered (from then on, a broker that cannot be
+        reached is waited for: it may be restarting)."""
+        self._answered = True
+        return result
 
     # --- errors and waits --------------------------------------------------------------------
     def error(self, exc: BaseException, what: str) -> Exception:
@@ -156,18 +171,30 @@ class AdminSession:
         return current if isinstance(current, AuthenticationError) else None
 
     def check(self, what: str) -> None:
-        """Raise the authentication error librdkafka reported, if any."""
+        """Raise the authentication error librdkafka reported, if any; and, when no broker
+        has answered since the start and librdkafka has found every one of them down for
+        :data:`UNREACHABLE_S`, that no broker can be reached (a wrong address or a stopped
+        cluster says so in seconds, not after ``timeout_s``)."""
         self.admin.poll(0)
         fatal = self._fatal()
         if fatal is not None:
             raise auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))
+        if self._answered or time.monotonic() - self._since < UNREACHABLE_S:
+            return
+        down = self.watch.current()
+        if isinstance(down, BrokerUnavailableError):
+            where = self.config.get("bootstrap.servers")
+            raise BrokerUnavailableError(
+                f"{what}: cannot reach any broker at {where} ({down})",
+                kafka_error=down.kafka_error,
+            )
 
     def wait(self, future: Any, what: str) -> Any:
         """The result of an admin future, within ``timeout_s``; fails fast on refused logins."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                return future.result(timeout=_STEP_S)
+                return self.answered(future.result(timeout=_STEP_S))
             except concurrent.futures.TimeoutError:
                 pass
             except KafkaException as exc:
@@ -202,7 +229,7 @@ class AdminSession:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                return self.admin.list_topics(timeout=min(1.0, self.timeout_s))
+                return self.answered(self.admin.list_topics(timeout=min(1.0, self.timeout_s)))
             except KafkaException as exc:
                 self.check(what)
                 if time.monotonic() > deadline:

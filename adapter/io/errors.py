@@ -34,6 +34,10 @@ AUTH_CODES = frozenset(_AUTH)
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 _UNREACHABLE = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE}
+#: How long every broker may be down, with none answering since a client started, before
+#: a call gives up saying no broker can be reached (librdkafka reports all brokers down
+#: after its first round of connection attempts: milliseconds for a refused port)
+UNREACHABLE_S = 2.0
 #: The send may have reached the log: report it, never resend it blindly.
 _POSSIBLY_PERSISTED = {
     KafkaError._MSG_TIMED_OUT,
@@ -254,3 +258,23 @@ class FatalErrorWatch:
             self.last = BrokerUnavailableError(f"no broker reachable: {err.str()}", kafka_error=err)
         if self.user_cb is not None:
             self.user_cb(err)
+
+
+def topic_metadata(client: Any, topic: str, *, timeout_s: float, where: Any, what: str) -> Any:
+    """``client.list_topics(topic=...)`` asked in 1 s steps within ``timeout_s``; a client
+    that no broker answered gives up after :data:`UNREACHABLE_S` saying no broker can be
+    reached at ``where`` (a wrong address, a stopped cluster), not after ``timeout_s``."""
+    start = time.monotonic()
+    while True:
+        try:
+            return client.list_topics(topic=topic, timeout=min(1.0, timeout_s))
+        except KafkaException as exc:
+            error = client_error(exc, what=what)
+            spent = time.monotonic() - start
+            if isinstance(error, BrokerUnavailableError) and spent >= UNREACHABLE_S:
+                raise BrokerUnavailableError(
+                    f"{what}: cannot reach any broker at {where} ({exc.args[0].str()})",
+                    kafka_error=error.kafka_error,
+                ) from None
+            if spent >= timeout_s:
+                raise error from None

@@ -41,7 +41,14 @@ from adapter.errors import (
     MalformedHeaderError,
 )
 from adapter.io.config import check_kafka_config, producer_config
-from adapter.io.errors import AUTH_CODES, client_error, is_too_large, make_client, send_error
+from adapter.io.errors import (
+    AUTH_CODES,
+    client_error,
+    is_too_large,
+    make_client,
+    send_error,
+    topic_metadata,
+)
 from adapter.io.polling import watermarks
 
 log = logging.getLogger("adapter.dlq")
@@ -118,7 +125,13 @@ def read_dlq(
     kafka_topic = naming.to_kafka(naming.dlq_topic(group))
     consumer = _reader(config, group=redrive_group(group))
     try:
-        md = consumer.list_topics(topic=kafka_topic, timeout=timeout_s)
+        md = topic_metadata(
+            consumer,
+            kafka_topic,
+            timeout_s=timeout_s,
+            where=config.get("bootstrap.servers"),
+            what=f"reading {naming.dlq_topic(group)}",
+        )
         tmd = md.topics.get(kafka_topic)
         if tmd is not None and tmd.error is not None and tmd.error.code() in AUTH_CODES:
             raise AuthenticationError(
