@@ -178,6 +178,8 @@ class LibrdkafkaLog:
     def log(self, level: int, msg: str, *args: Any) -> None:
         if level == logging.ERROR:
             level = logging.WARNING
+        if level == logging.WARNING and args and _ROUTINE.search(str(args[-1])):
+            level = logging.INFO  # a broker that just started: librdkafka retries by itself
         if level < logging.WARNING:
             self.logger.log(level, msg, *args)
             return
@@ -206,6 +208,9 @@ class LibrdkafkaLog:
 
 
 _DIGITS = re.compile(r"\d+")
+#: librdkafka lines about a broker still starting up, which it retries by itself (a first
+#: run against a new broker shows them; they are not the application's trouble)
+_ROUTINE = re.compile(r"Coordinator load in progress|Coordinator not available: retrying")
 
 #: The ``logger`` every client of the project gets unless its config brings one.
 LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("adapter.librdkafka"))

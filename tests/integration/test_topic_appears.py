@@ -151,3 +151,33 @@ def test_only_unsubscribe_then_subscribe_makes_a_cooperative_member_rejoin(
         assert [e for e in events if e != "assign 0"] == ["revoke 1", "assign 1"]
     finally:
         consumer.close()
+
+
+def test_a_missing_topic_is_said_once_at_info_not_as_a_consume_error(
+    kafka_bootstrap_servers: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first lines a newcomer reads, for a topic about to be created, used to be
+    repeated ``consume error: Subscribed topic not available`` warnings."""
+    import logging
+
+    conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = f"missing-{uuid.uuid4().hex}"
+    consumer = PushConsumer(
+        {**conf, "group.id": f"g-{uuid.uuid4().hex}"},
+        namespace=f"ms{uuid.uuid4().hex[:10]}",
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(lambda msgs, ctx: None)
+    caplog.set_level(logging.INFO, logger="adapter")
+    waiting = f"waiting for topic {topic}"
+    with consumer:
+        deadline = time.monotonic() + 30
+        while not any(waiting in r.getMessage() for r in caplog.records):
+            consumer.check_alive()
+            assert time.monotonic() < deadline, "the missing topic was never mentioned"
+            time.sleep(0.1)
+        time.sleep(3)  # librdkafka reports the topic again meanwhile
+    said = [r for r in caplog.records if waiting in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+    noisy = [r.getMessage() for r in caplog.records if "consume error" in r.getMessage()]
+    assert not noisy, noisy

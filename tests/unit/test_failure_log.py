@@ -58,3 +58,19 @@ def test_bad_answers_are_kinds_too(caplog: pytest.LogCaptureFixture) -> None:
                 f"context.ack_index={i} is outside -1..3 for a batch of 4; clamped to 3"
             )
     assert len(caplog.records) == 1  # the values differ, the kind does not
+
+
+def test_a_single_repeat_says_again_not_zero_more(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    failures = FailureLog(logging.getLogger("t.again"), "g1", clock, every_s=10)
+    with caplog.at_level(logging.WARNING, "t.again"):
+        failures.report("listener raised RuntimeError: cannot handle", _raise(RuntimeError))
+        clock.t = 11
+        failures.report("listener raised RuntimeError: cannot handle", _raise(RuntimeError))
+    assert len(caplog.records) == 2
+    repeat = caplog.records[1].getMessage()
+    assert "0 more" not in repeat
+    assert repeat == (
+        "g1: listener raised RuntimeError: cannot handle (again; the first was logged with its "
+        "traceback)"
+    )

@@ -113,6 +113,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("adapter.consumer")
+#: a subscribed topic that does not exist (yet): librdkafka's codes for it
+_TOPIC_MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 
 #: Longest the loop goes without calling ``consume()`` while it serves a backlog of work.
 MAX_FETCH_GAP_S = 1.0
@@ -182,6 +184,8 @@ class GroupConsumer:
         self.draining: frozenset[TP] = frozenset()
         #: the member is stopping (:meth:`stop_starting`): no listener call starts any more
         self.halted = False
+        #: subscribed topics said to be missing (logged once each, until they appear)
+        self._waiting_for: set[str] = set()
         #: builds the retry copies (the common send-back) in one call each
         self._copier = hops.retry_copier(topics)
         self.results = SendBackResults(
@@ -456,6 +460,12 @@ class GroupConsumer:
             return
         if err.fatal():
             raise client_error(KafkaException(err), what=f"{self.name} consumer")
+        if err.code() in _TOPIC_MISSING:  # a subscribed topic not created yet: said once
+            topic = kmsg.topic() or err.str()
+            if topic not in self._waiting_for:
+                self._waiting_for.add(topic)
+                log.info("%s: waiting for topic %s (it does not exist yet)", self.name, topic)
+            return
         log.warning("%s: consume error: %s", self.name, err.str())
 
     # -- actions ---------------------------------------------------------------------------
@@ -653,6 +663,7 @@ class GroupConsumer:
     # -- rebalance -------------------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         initial = self.starts.resolve(consumer, partitions)
+        self._waiting_for.difference_update(p.topic for p in partitions)
         for p in partitions:
             tp = (p.topic, p.partition)
             self.engine.assigned(tp)

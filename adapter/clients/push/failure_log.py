@@ -53,13 +53,14 @@ class FailureLog:
             return
         seen[1] += 1
         if now - seen[0] >= self._every_s:
+            others = int(seen[1]) - 1  # besides this one, since the last line
             self._log.warning(
-                "%s: %s (and %d more like it in the last %.0f s; the first was logged with its "
-                "traceback)",
+                "%s: %s (%s; the first was logged with its traceback)",
                 self._name,
                 problem,
-                int(seen[1]) - 1,
-                now - seen[0],
+                f"and {others} more like it in the last {now - seen[0]:.0f} s"
+                if others
+                else "again",
             )
             seen[0], seen[1] = now, 0.0
 
