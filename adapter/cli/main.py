@@ -23,6 +23,7 @@ from adapter.cli import analytics, bench, broker, demo, dlq, group, msg, schedul
 from adapter.cli.options import add_verbose_everywhere
 from adapter.embedded.broker import EmbeddedKafkaError
 from adapter.errors import AdapterError
+from adapter.io.signals import TerminateAsInterrupt
 
 __all__ = ["DESCRIPTION", "build_parser", "main"]
 
@@ -68,11 +69,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    signals = TerminateAsInterrupt()
+    signals.enter()  # SIGTERM stops a long-running command as Ctrl-C does
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print("rmq-kafka: stopped", file=sys.stderr)
+        return 130
     except (AdapterError, EmbeddedKafkaError) as exc:
         print(f"rmq-kafka: error: {exc}", file=sys.stderr)
         return 2
     except KafkaException as exc:  # a client error no layer mapped: still one line
         print(f"rmq-kafka: error: Kafka: {exc}", file=sys.stderr)
         return 2
+    finally:
+        signals.exit()

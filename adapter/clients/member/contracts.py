@@ -99,7 +99,7 @@ class ConsumeSettings:
     #: what was handed out, so a fetch never overshoots the thresholds by more than this)
     pull_batch_size: int = 32
     soft_backlog: int = 1000
-    shutdown_await: float = 30.0
+    shutdown_await: float = 20.0
     #: how long a rebalance waits for running batches of revoked partitions while the
     #: consumer runs (shutting down, ``shutdown_await`` applies); orderly consumers wait
     #: for the batch (up to ``consume_timeout``), so a new owner never starts beside it

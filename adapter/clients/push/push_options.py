@@ -108,7 +108,7 @@ class PushConsumerSettings:
     partitions: int = 3
     offset_store_dir: str | None = None
     instance_name: str | None = None
-    shutdown_await: float = 30.0
+    shutdown_await: float = 20.0
     trace_topic: str | None = None
     trace_sink: TraceSink | None = None
     clock: Clock = SYSTEM_CLOCK

@@ -89,7 +89,7 @@ class ScheduleServiceSettings:
     #: while entries wait, the loop wakes at most this often: what is due is forwarded at
     #: most this late, and a steady stream is taken in batches instead of record by record
     tick_ms: int = 5
-    shutdown_timeout: float = 30.0
+    shutdown_timeout: float = 20.0
     on_error: ErrorCallback | None = None
     #: serve Prometheus metrics on this port (0: any free port)
     metrics_port: int | None = None
