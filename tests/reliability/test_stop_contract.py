@@ -168,3 +168,39 @@ def test_a_stopped_client_starts_nothing_new_commits_what_is_done_and_leaves_at_
         f"the second consumer waited {takeover:.1f}s for the partition: the first did not "
         "leave the group"
     )
+
+
+def test_a_second_signal_while_stopping_stops_at_once(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """The first SIGTERM waits for the running calls (6 s each here); a second one ends the
+    wait: the process is gone within a second or two, and what it had not committed is
+    delivered again (nothing is lost)."""
+    bootstrap = kafka_bootstrap_servers
+    topic = kafka_topic_factory("stop-twice", partitions=1)
+    group = new_group()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(12):
+        producer.produce(topic, value=f"m{i}".encode())
+    assert producer.flush(30) == 0
+    with _child(bootstrap, "push", topic, group, slow=6.0, stop="signal") as first:
+        _wait_for_event(first, "begin", 90)
+        time.sleep(1.0)  # every worker is inside a 6 s call
+        _stop(first, "SIGTERM")
+        time.sleep(0.5)
+        again = _stop(first, "SIGTERM")
+        first.wait_exit(30)
+        exited = _events(first, "exit")
+        assert exited, first.log_tail()
+        assert exited[-1]["t"] - again < 2.5, first.log_tail()
+    finished = {e["off"] for e in _events(first, "end")}
+    with _child(bootstrap, "push", topic, group, slow=0.0, stop="signal") as second:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen = finished | {e["off"] for e in _events(second, "end")}
+            if seen >= set(range(12)):
+                break
+            time.sleep(0.2)
+        _stop(second, "SIGTERM")
+        second.wait_exit(30)
+    assert finished | {e["off"] for e in _events(second, "end")} >= set(range(12))
