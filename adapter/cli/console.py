@@ -42,9 +42,7 @@ def add_parser(sub: Any) -> None:
         help="loop guard: a dead letter redriven this many times is skipped unless forced "
         "(default: 3)",
     )
-    c.add_argument(
-        "--timeout", type=positive_float, default=30.0, help="seconds to wait for Kafka"
-    )
+    c.add_argument("--timeout", type=positive_float, default=30.0, help="seconds to wait for Kafka")
     add_kafka_args(c)
     c.set_defaults(func=cmd_console)
 
@@ -76,8 +74,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
     )
     print(
-        f"console on http://{args.host}:{args.port}/"
-        f"{' (read-only)' if args.read_only else ''}",
+        f"console on http://{args.host}:{args.port}/{' (read-only)' if args.read_only else ''}",
         file=sys.stderr,
         flush=True,
     )

@@ -207,7 +207,7 @@ def group_page(
 <section><h2>Progress</h2>{prog_html}</section>
 <section><h2>Retry ladder</h2>{ladder_html}</section>
 <section><h2>Dead letters</h2>
-<p>{h(dlq['total'])} in %DLQ%{h(group)}; this page read {h(dlq['scanned'])} record(s).</p>
+<p>{h(dlq["total"])} in %DLQ%{h(group)}; this page read {h(dlq["scanned"])} record(s).</p>
 {filters}
 <table id="dlq"><thead><tr><th></th><th>message id</th><th>origin</th><th>reason</th>
 <th>failure</th><th>keys</th><th>time</th><th>redriven</th></tr></thead>
@@ -248,9 +248,9 @@ def message_page(journey: dict[str, Any], entry: dict[str, Any] | None) -> str:
             f"</tbody></table>{tabs}</section>"
         )
     found = len(journey.get("journeys") or [])
-    return f"""<h1>Message {h((journey.get('query') or {}).get('id'))}</h1>
-{detail}<section><h2>Journey</h2><p>{found} journey(s) found; {h(journey.get('scanned'))}
-record(s) scanned since {h(format_time(journey.get('since_ms')))}.</p>
+    return f"""<h1>Message {h((journey.get("query") or {}).get("id"))}</h1>
+{detail}<section><h2>Journey</h2><p>{found} journey(s) found; {h(journey.get("scanned"))}
+record(s) scanned since {h(format_time(journey.get("since_ms")))}.</p>
 <pre id="journey">{h(lines)}</pre></section>"""
 
 

@@ -18,7 +18,11 @@ log = logging.getLogger("adapter.console")
 
 def _server(settings: ConsoleSettings, host: str, port: int) -> uvicorn.Server:
     config = uvicorn.Config(
-        create_app(settings), host=host, port=port, log_level="warning", access_log=False,
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
         lifespan="off",
     )
     return uvicorn.Server(config)

@@ -71,7 +71,7 @@ def check_group_name(group: str) -> str:
     return group
 
 
-def check_message_id(msg_id: str) -> str:
+def check_message_id(msg_id: str, field: str = "message_id") -> str:
     if (
         not msg_id
         or len(msg_id) > MAX_ID_LENGTH
@@ -79,7 +79,7 @@ def check_message_id(msg_id: str) -> str:
         or not set(msg_id) <= _PRINTABLE
     ):
         raise InvalidInputError(
-            "message_id",
+            field,
             msg_id[:80],
             f"a message id is 1-{MAX_ID_LENGTH} printable characters without outer spaces",
         )
@@ -135,9 +135,17 @@ def group_row(settings: ConsoleSettings, group: str) -> dict[str, Any]:
     retry = naming.to_kafka(naming.retry_topic(group))
     growth = dlq_growth(settings.config, group, timeout_s=settings.timeout_s)
     if progress is None:
-        return {"group": group, "state": "UNKNOWN", "members": [], "lag": None,
-                "retry_lag": None, "topics": {}, "dlq": None, "dlq_growth_1h": growth,
-                "circuits": []}
+        return {
+            "group": group,
+            "state": "UNKNOWN",
+            "members": [],
+            "lag": None,
+            "retry_lag": None,
+            "topics": {},
+            "dlq": None,
+            "dlq_growth_1h": growth,
+            "circuits": [],
+        }
     topics: dict[str, int] = {}
     for p in progress["partitions"]:
         topics[p["topic"]] = topics.get(p["topic"], 0) + (p["lag"] or 0)
@@ -146,8 +154,9 @@ def group_row(settings: ConsoleSettings, group: str) -> dict[str, Any]:
         "state": progress["state"],
         "members": progress["members"],
         "lag": progress["lag"],
-        "retry_lag": sum(p["lag"] or 0 for p in progress["partitions"]
-                         if p["kafka_topic"] == retry),
+        "retry_lag": sum(
+            p["lag"] or 0 for p in progress["partitions"] if p["kafka_topic"] == retry
+        ),
         "topics": topics,
         "dlq": progress["dlq"],
         "dlq_growth_1h": growth,
@@ -220,7 +229,7 @@ def dlq_filter(params: Mapping[str, str]) -> DlqFilter | None:
         "msg_id": params.get("msg_id") or None,
     }
     if values["msg_id"] is not None:
-        check_message_id(values["msg_id"])
+        check_message_id(values["msg_id"], "msg_id")
     since = _since(params, "since")
     until = _since(params, "until")
     if all(v is None for v in values.values()) and since is None and until is None:
@@ -302,14 +311,21 @@ def _flag(body: Mapping[str, Any], name: str) -> bool:
     return value
 
 
-def redrive_request(
-    settings: ConsoleSettings, body: Any
-) -> tuple[Selection, RedriveOptions]:
+def redrive_request(settings: ConsoleSettings, body: Any) -> tuple[Selection, RedriveOptions]:
     """The selection and options of a ``POST .../dlq/redrive`` body."""
     if not isinstance(body, dict):
         raise InvalidInputError("body", type(body).__name__, "must be a JSON object")
-    known = {"ids", "all", "filter", "dry_run", "rate", "max_redrives", "force", "again",
-             "to_origin"}
+    known = {
+        "ids",
+        "all",
+        "filter",
+        "dry_run",
+        "rate",
+        "max_redrives",
+        "force",
+        "again",
+        "to_origin",
+    }
     extra = sorted(set(body) - known)
     if extra:
         raise InvalidInputError("body", extra, f"unknown field(s); known: {sorted(known)}")
@@ -318,7 +334,7 @@ def redrive_request(
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidInputError("ids", ids, "must be a list of message id strings")
         for one in ids:
-            check_message_id(one)
+            check_message_id(one, "ids")
     flt = body.get("filter")
     if flt is not None:
         if not isinstance(flt, dict) or not all(isinstance(v, str) for v in flt.values()):
@@ -328,7 +344,7 @@ def redrive_request(
             raise InvalidInputError("filter", sorted(set(flt) - allowed), "unknown filter field")
         parsed = dlq_filter(flt)
         if parsed is None:
-            raise InvalidInputError("filter", flt, "is empty: use {\"all\": true} for all")
+            raise InvalidInputError("filter", flt, 'is empty: use {"all": true} for all')
     else:
         parsed = None
     selection = Selection(
@@ -349,15 +365,18 @@ def redrive_request(
     return selection, options
 
 
-def redrive_group_dlq(
-    settings: ConsoleSettings, group: str, body: Any, who: str
-) -> RedriveOutcome:
+def redrive_group_dlq(settings: ConsoleSettings, group: str, body: Any, who: str) -> RedriveOutcome:
     check_group_name(group)
     selection, options = redrive_request(settings, body)
     if group not in adapter_groups(settings.config, timeout_s=settings.timeout_s):
         raise UnknownGroupError(group)
     return run_redrive(
-        settings.config, group, selection, options, who=who, source="console",
+        settings.config,
+        group,
+        selection,
+        options,
+        who=who,
+        source="console",
         timeout_s=settings.timeout_s,
     )
 

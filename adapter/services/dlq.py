@@ -399,9 +399,7 @@ def redrive(
                 f"cannot read the redrive marks of %DLQ%{group} (consumer group "
                 f"{redrive_group(group)!r}): grant it READ, or redrive with again=True / --all"
             )
-        plan = plan_redrive(
-            entries, marks, again=again, max_redrives=max_redrives, force=force
-        )
+        plan = plan_redrive(entries, marks, again=again, max_redrives=max_redrives, force=force)
         planned = tuple(
             (e.message.msg_id, redrive_target(e, group, to_origin=to_origin)) for e in plan.send
         )
@@ -579,9 +577,7 @@ def _redrive(
         record = {
             "value": body,
             "key": msg.sharding_key,
-            "headers": replace_headers(
-                headers, {HEADER_REDRIVE_COUNT: entry.redrive_count + 1}
-            ),
+            "headers": replace_headers(headers, {HEADER_REDRIVE_COUNT: entry.redrive_count + 1}),
         }
         records.append((msg.msg_id, target, record))
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
