@@ -6,41 +6,31 @@ token, the CSRF checks and the 4xx answers to bad input."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from adapter import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer, ScheduleService
 from adapter.console.server import RunningConsole, start_background
 from adapter.console.service import ConsoleSettings
 from adapter.core import naming
 from adapter.io.topics import ensure_topics, plan_topics
-from adapter.services.dlq import HEADER_REDRIVE_COUNT, read_dlq
+from adapter.services.dlq import HEADER_REDRIVE_COUNT
+from tests.support.console_group import ConsoleGroup, make_console_group, wait_for
 from tests.support.consumer_helpers import end_offsets
 
 pytestmark = pytest.mark.integration
 
-LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms"
 TOKEN = "test-token-" + uuid.uuid4().hex
-
-
-def _wait(cond: Any, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+State = ConsoleGroup
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,77 +43,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@dataclass
-class State:
-    bootstrap: str
-    topic: str
-    group: str
-    namespace: str
-    dead: list[str]  # message ids in the DLQ
-    parked: int  # messages of the group waiting on a delay level
-
-
 @pytest.fixture(scope="module")
 def state(kafka_bootstrap_servers: str) -> State:
-    """A PushConsumer of group G fails ``bad-*`` messages: with ``max_reconsume_times=1``
-    each is retried once through delay level 3 and the ScheduleService, then dead-lettered;
-    ``ok-*`` succeed.  Then the ScheduleService stops and two more fail: they wait on level 3
-    (the group's ladder)."""
-    conf = {"bootstrap.servers": kafka_bootstrap_servers}
-    suffix = uuid.uuid4().hex[:8]
-    topic, group, ns = f"orders-{suffix}", f"console-{suffix}", f"c{suffix}"
-    admin = AdminClient(conf)
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-
-    def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
-        if any(m.body.startswith(b"bad-") for m in msgs):
-            raise ValueError("downstream says no")
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(
-        {**conf, "group.id": group, "auto.offset.reset": "earliest"},
-        delay_levels=LEVELS,
-        namespace=ns,
-        max_reconsume_times=1,
-        partitions=1,
-    )
-    consumer.subscribe(topic)
-    consumer.register_message_listener(listener)
-    with consumer:
-        with ScheduleService(conf, delay_levels=LEVELS, namespace=ns, partitions=1):
-            with Producer(conf) as p:
-                for i in range(3):
-                    p.send(Message(topic=topic, body=b"bad-%d" % i, keys=[f"k{i}"]))
-                for i in range(2):
-                    p.send(Message(topic=topic, body=b"ok-%d" % i))
-            _wait(lambda: len(read_dlq(conf, group)) == 3, what="three dead letters")
-        level3 = naming.to_kafka(naming.schedule_topic(3, _levels(), ns))
-        before = sum(end_offsets(conf, level3).values())
-        with Producer(conf) as p:
-            for i in range(2):
-                p.send(Message(topic=topic, body=b"bad-late-%d" % i))
-        _wait(
-            lambda: sum(end_offsets(conf, level3).values()) >= before + 2,
-            what="two retries parked on level 3",
-        )
-        _wait(lambda: _committed(conf, group, topic) == 7, what="the group's offsets")
-    dead = [e.message.msg_id for e in read_dlq(conf, group)]
-    return State(kafka_bootstrap_servers, topic, group, ns, dead, 2)
-
-
-def _levels() -> Any:
-    from adapter.core.delay import DelayLevels
-
-    return DelayLevels.parse(LEVELS)
-
-
-def _committed(conf: dict[str, Any], group: str, topic: str) -> int:
-    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
-    try:
-        [tp] = c.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(tp.offset)
-    finally:
-        c.close()
+    return make_console_group(kafka_bootstrap_servers)
 
 
 @pytest.fixture(scope="module")
@@ -481,7 +403,11 @@ def test_read_only_console_refuses_redrive(state: State) -> None:
 
 
 def test_the_console_binds_loopback_by_default(kafka_bootstrap_servers: str) -> None:
-    """``rmq-kafka console`` listens on 127.0.0.1 and prints a generated token."""
+    """``rmq-kafka console`` prints a generated token, listens on 127.0.0.1 and lets the
+    printed token in."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -489,7 +415,7 @@ def test_the_console_binds_loopback_by_default(kafka_bootstrap_servers: str) -> 
             "adapter.cli",
             "console",
             "--port",
-            "0",
+            str(port),
             "-b",
             kafka_bootstrap_servers,
         ],
@@ -506,9 +432,22 @@ def test_the_console_binds_loopback_by_default(kafka_bootstrap_servers: str) -> 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        _wait(lambda: any("console on" in line for line in lines), 30, "the start line")
+        wait_for(lambda: any("console on" in line for line in lines), 30, "the start line")
         text = "".join(lines)
-        assert "console token: " in text and "http://127.0.0.1:" in text, text
+        assert f"console on http://127.0.0.1:{port}/" in text, text
+        token = text.split("console token: ", 1)[1].split()[0]
+
+        def answers() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/login", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(answers, 30, "the console to listen")
+        url = f"http://127.0.0.1:{port}/api/audit"
+        assert httpx.get(url, timeout=30).status_code == 401
+        ok = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert ok.status_code == 200, ok.text
     finally:
         proc.terminate()
         proc.wait(30)

@@ -27,6 +27,15 @@
       })
       .catch(function () {});
   }
+  function selectionText(sel) {
+    if (sel.ids) return sel.ids.length + " id(s)";
+    if (sel.filter) {
+      return "filter " + Object.keys(sel.filter).map(function (k) {
+        return k + "=" + sel.filter[k];
+      }).join(", ");
+    }
+    return "all";
+  }
   function filterOf() {
     var out = {};
     document.querySelectorAll("form.filters input").forEach(function (i) {
@@ -78,7 +87,8 @@
           var li = document.createElement("li");
           li.className = "audit-line";
           li.textContent = j.audit.at + " " + j.audit.who + " via " + j.audit.source + ": " +
-            (j.dry_run ? "dry run" : "redrive") + ": " + j.audit.selected + " selected, " +
+            (j.dry_run ? "dry run" : "redrive") + " " + selectionText(j.audit.selection) + ": " +
+            j.audit.selected + " selected, " +
             j.audit.sent + " sent, " + j.audit.already_redriven + " already, " +
             j.audit.refused_by_loop_guard + " refused by the loop guard";
           audit.insertBefore(li, audit.firstChild);
