@@ -6,12 +6,15 @@ token, the CSRF checks and the 4xx answers to bad input."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -451,3 +454,59 @@ def test_the_console_binds_loopback_by_default(kafka_bootstrap_servers: str) -> 
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "console.md"
+
+
+def test_the_docs_shell_snippets_run_as_written(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """docs/console.md's commands, as a user pastes them (the install line aside), on a group
+    with dead letters: the group, the broker and the port made this run's."""
+    blocks = re.findall(r"```sh\n(.*?)```", DOCS.read_text("utf-8"), re.S)
+    runnable = [b for b in blocks if not b.startswith("pip install")]
+    assert len(runnable) == 2, blocks
+    group = f"docs-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    ensure_topics(conf, plan_topics(groups=[group], partitions=1, include_schedule=False))
+    producer = KafkaProducer(conf)
+    for i in range(3):
+        producer.produce(
+            _dlq_kafka(group),
+            value=b"dead",
+            headers=[("UNIQ_KEY", f"d{i}".encode()), ("RMQ_DLQ_REASON", b"MAX_RECONSUME_TIMES")],
+        )
+    assert producer.flush(15) == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap_servers,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    outs = []
+    for block in runnable:
+        script = (
+            block.replace("orders-service", group)
+            .replace("localhost:9092", kafka_bootstrap_servers)
+            .replace("8088", port)
+        )
+        # the console started in the background stops with the script
+        path = tmp_path / "snippet.sh"
+        path.write_text("set -e\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script)
+        out = subprocess.run(
+            ["bash", str(path)], capture_output=True, text=True, timeout=180, env=env, check=False
+        )
+        assert out.returncode == 0, (script, out.stdout, out.stderr[-3000:])
+        outs.append(out.stdout)
+    assert "would redrive 3 of 3" in outs[0] and "redrove 3 of 3" in outs[0], outs[0]
+    lines, text, decoder = [], outs[1], json.JSONDecoder()
+    while text.strip():  # curl prints each answer without a newline
+        value, end = decoder.raw_decode(text.strip())
+        lines.append(value)
+        text = text.strip()[end:]
+    assert any(g["group"] == group for g in lines[0]["groups"])
+    assert len(lines[1]["entries"]) == 3
+    assert lines[2]["dry_run"] and lines[2]["already_redriven"] == 3
