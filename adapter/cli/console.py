@@ -43,6 +43,12 @@ def add_parser(sub: Any) -> None:
         "(default: 3)",
     )
     c.add_argument("--timeout", type=positive_float, default=30.0, help="seconds to wait for Kafka")
+    c.add_argument(
+        "--trace-topic",
+        default="RMQ_SYS_TRACE_TOPIC",
+        help="the consumers' trace topic, for the outcomes per reconsume_times "
+        "(default: RMQ_SYS_TRACE_TOPIC)",
+    )
     add_kafka_args(c)
     c.set_defaults(func=cmd_console)
 
@@ -72,6 +78,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         schedule_group=args.schedule_group,
         max_redrives=args.max_redrives,
         timeout_s=args.timeout,
+        trace_topic=args.trace_topic,
     )
     print(
         f"console on http://{args.host}:{args.port}/{' (read-only)' if args.read_only else ''}",

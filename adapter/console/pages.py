@@ -145,6 +145,24 @@ def group_page(
             + "<table id='ladder'><thead><tr><th>level</th><th>delay</th><th>waiting</th>"
             f"<th>next due</th></tr></thead><tbody>{lrows}</tbody></table>"
         )
+    outcomes = detail.get("outcomes") or {}
+    orows = "".join(
+        f"<tr><td class='num'>{h(o['reconsume_times'])}</td>"
+        f"<td class='num' data-succeeded='{h(o['reconsume_times'])}'>{h(o['succeeded'])}</td>"
+        f"<td class='num'>{h(o['retried'])}</td><td class='num'>{h(o['dead_lettered'])}</td></tr>"
+        for o in outcomes.get("by_reconsume_times", [])
+    )
+    outcomes_html = (
+        f"<h3>Outcomes by reconsume_times</h3><p class='hint'>from the last records of the "
+        f"trace topic {h(outcomes.get('trace_topic'))} ({h(outcomes.get('events'))} event(s) of "
+        "this group; consumers with tracing on write them)</p>"
+        + (
+            "<table id='outcomes'><thead><tr><th>reconsume_times</th><th>succeeded</th>"
+            f"<th>retried</th><th>dead-lettered</th></tr></thead><tbody>{orows}</tbody></table>"
+            if orows
+            else ""
+        )
+    )
     erows = []
     for e in dlq["entries"]:
         link = f"/messages/{quote(e['msg_id'], safe='')}?" + urlencode(
@@ -205,7 +223,7 @@ def group_page(
     )
     return f"""<h1>Group {h(group)}</h1>
 <section><h2>Progress</h2>{prog_html}</section>
-<section><h2>Retry ladder</h2>{ladder_html}</section>
+<section><h2>Retry ladder</h2>{ladder_html}{outcomes_html}</section>
 <section><h2>Dead letters</h2>
 <p>{h(dlq["total"])} in %DLQ%{h(group)}; this page read {h(dlq["scanned"])} record(s).</p>
 {filters}

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from adapter.constants import HEADER_BODY_OMITTED
+from adapter.constants import HEADER_BODY_OMITTED, TRACE_TOPIC
 from adapter.core import naming
 from adapter.core.timespec import format_time, parse_since
 from adapter.errors import AdapterError, InvalidInputError
@@ -20,7 +20,7 @@ from adapter.io.clock import SYSTEM_CLOCK
 from adapter.ops.admin import find_message, group_progress, schedule_status
 from adapter.ops.errors import GroupNotFoundError
 from adapter.ops.journey import Matcher
-from adapter.ops.ladder import adapter_groups, dlq_growth, group_ladder
+from adapter.ops.ladder import adapter_groups, consume_outcomes, dlq_growth, group_ladder
 from adapter.ops.redrive import (
     DlqFilter,
     RedriveOptions,
@@ -62,6 +62,8 @@ class ConsoleSettings:
     #: the loop guard's default: a dead letter redriven this often is skipped unless forced
     max_redrives: int = 3
     timeout_s: float = 30.0
+    #: the trace topic the consumers write (successes per reconsume_times come from it)
+    trace_topic: str = TRACE_TOPIC
 
 
 def check_group_name(group: str) -> str:
@@ -193,6 +195,9 @@ def group_detail(settings: ConsoleSettings, group: str) -> dict[str, Any]:
         "ladder": None if ladder is None else ladder.to_json(),
         "schedule_waiting": None if status is None else status.waiting,
         "dlq_growth_1h": dlq_growth(settings.config, group, timeout_s=settings.timeout_s),
+        "outcomes": consume_outcomes(
+            settings.config, group, trace_topic=settings.trace_topic, timeout_s=settings.timeout_s
+        ).to_json(),
     }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from adapter.constants import HEADER_DUE_MS, HEADER_GROUP
+from adapter.constants import HEADER_DUE_MS, HEADER_GROUP, TRACE_TOPIC
 from adapter.core import naming
 from adapter.core.headers import HeaderView, parse_non_negative
 from adapter.core.timespec import format_time
@@ -23,6 +23,7 @@ from adapter.core.types import TP
 from adapter.core.views import ScheduleStatus
 from adapter.errors import TopicNameError
 from adapter.io.admin import AdminSession
+from adapter.io.avro import TRACE_SCHEMA_HEADER, decode_trace_records
 from adapter.io.clock import SYSTEM_CLOCK
 
 log = logging.getLogger("adapter.ops.ladder")
@@ -163,3 +164,81 @@ def group_ladder(
         for level in schedule.levels
     )
     return Ladder(group, rungs, result.records)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """How the group's consumptions ended, per ``reconsume_times``, among the last ``window``
+    records of the trace topic (consumers with tracing on write them)."""
+
+    group: str
+    trace_topic: str
+    #: reconsume_times -> successes
+    successes: Mapping[int, int]
+    #: reconsume_times -> failures sent to a retry level / to the DLQ
+    retries: Mapping[int, int]
+    dead: Mapping[int, int]
+    events: int
+    exists: bool
+
+    def to_json(self) -> dict[str, Any]:
+        times = sorted({*self.successes, *self.retries, *self.dead})
+        return {
+            "trace_topic": self.trace_topic,
+            "exists": self.exists,
+            "events": self.events,
+            "by_reconsume_times": [
+                {
+                    "reconsume_times": t,
+                    "succeeded": self.successes.get(t, 0),
+                    "retried": self.retries.get(t, 0),
+                    "dead_lettered": self.dead.get(t, 0),
+                }
+                for t in times
+            ],
+        }
+
+
+def consume_outcomes(
+    config: Mapping[str, Any],
+    group: str,
+    *,
+    trace_topic: str = TRACE_TOPIC,
+    window: int = 20_000,
+    timeout_s: float = 30.0,
+) -> Outcomes:
+    """Per ``reconsume_times``: how many of ``group``'s consumptions succeeded, were retried
+    or dead-lettered, from the last ``window`` records of each partition of the trace topic."""
+    naming.check_group(group)
+    what = f"consume outcomes of {group!r}"
+    kafka_topic = naming.to_kafka(trace_topic)
+    session = AdminSession(config, timeout_s=timeout_s, what=what)
+    parts = session.partitions(kafka_topic, what)
+    counts: dict[str, dict[int, int]] = {"SUCCESS": {}, "RETRY": {}, "DLQ": {}}
+    if not parts:
+        return Outcomes(group, trace_topic, {}, {}, {}, 0, False)
+    ends = session.watermarks([(kafka_topic, p) for p in parts], what)
+    ranges = {tp: (max(e.start, e.end - window), e.end) for tp, e in ends.items()}
+    seen = [0]
+
+    def visit(kmsg: Any) -> bool:
+        tag = HeaderView.read(kmsg.headers()).text.get(TRACE_SCHEMA_HEADER)
+        try:
+            events = decode_trace_records(kmsg.value() or b"", tag)
+        except (ValueError, KeyError, EOFError, TypeError) as exc:
+            log.debug("%s: trace record at %d not read: %s", what, kmsg.offset(), exc)
+            return False
+        for e in events:
+            if e.get("group") != group or e.get("source") != "consumer":
+                continue
+            seen[0] += 1
+            by = counts.get(str(e.get("status")))
+            if by is not None:
+                t = int(e.get("reconsume_times") or 0)
+                by[t] = by.get(t, 0) + 1
+        return False
+
+    session.read(ranges, visit, what=what)
+    return Outcomes(
+        group, trace_topic, counts["SUCCESS"], counts["RETRY"], counts["DLQ"], seen[0], True
+    )

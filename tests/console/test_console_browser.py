@@ -33,7 +33,10 @@ def group(kafka_bootstrap_servers: str) -> ConsoleGroup:
 @pytest.fixture(scope="module")
 def console(group: ConsoleGroup) -> Iterator[RunningConsole]:
     settings = ConsoleSettings(
-        config={"bootstrap.servers": group.bootstrap}, token=TOKEN, namespace=group.namespace
+        config={"bootstrap.servers": group.bootstrap},
+        token=TOKEN,
+        namespace=group.namespace,
+        trace_topic=group.trace_topic,
     )
     running = start_background(settings)
     yield running
@@ -86,6 +89,7 @@ def test_operator_logs_in_inspects_and_redrives(
     expect(page.locator('#ladder td[data-level="3"]')).to_have_text(str(group.parked))
     expect(page.locator("#dlq tbody tr")).to_have_count(3)
     expect(page.locator("#dlq-size")).to_have_text("3")
+    expect(page.locator('#outcomes td[data-succeeded="1"]')).to_have_text("1")
 
     # a message's detail and journey
     page.locator("#dlq tbody tr").first.locator("a").click()

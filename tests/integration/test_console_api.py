@@ -58,6 +58,7 @@ def console(state: State) -> Iterator[RunningConsole]:
         token=TOKEN,
         namespace=state.namespace,
         max_redrives=3,
+        trace_topic=state.trace_topic,
     )
     running = start_background(settings)
     yield running
@@ -111,6 +112,18 @@ def test_ladder_equals_schedule_status(state: State, api: httpx.Client) -> None:
     assert out.returncode == 0, out.stderr
     printed = {lv["level"]: lv["waiting"] for lv in json.loads(out.stdout)["levels"]}
     assert {lv: w["waiting"] for lv, w in ladder.items()} == printed
+
+
+def test_outcomes_by_reconsume_times_from_the_trace(state: State, api: httpx.Client) -> None:
+    """From the consumer's trace: two ``ok`` and one ``flaky`` message succeeded (the latter
+    at its second delivery); the five ``bad`` ones were retried at 0, three of them then
+    dead-lettered at 1."""
+    outcomes = api.get(f"/api/groups/{state.group}").json()["outcomes"]
+    assert outcomes["exists"] and outcomes["events"] == 12
+    assert outcomes["by_reconsume_times"] == [
+        {"reconsume_times": 0, "succeeded": 2, "retried": 6, "dead_lettered": 0},
+        {"reconsume_times": 1, "succeeded": 1, "retried": 0, "dead_lettered": 3},
+    ]
 
 
 def test_groups_list_has_the_group_with_its_dlq(state: State, api: httpx.Client) -> None:

@@ -3,6 +3,7 @@ tests (the API tier and the browser tier)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class ConsoleGroup:
     namespace: str
     dead: list[str]  # message ids in the DLQ, oldest first
     parked: int  # messages of the group waiting on delay level 3
+    trace_topic: str  # where the consumer traced every consumption
 
 
 def make_console_group(bootstrap: str) -> ConsoleGroup:
@@ -46,12 +48,19 @@ def make_console_group(bootstrap: str) -> ConsoleGroup:
     conf = {"bootstrap.servers": bootstrap}
     suffix = uuid.uuid4().hex[:8]
     topic, group, ns = f"orders-{suffix}", f"console-{suffix}", f"c{suffix}"
+    trace_topic = f"trace-{suffix}"
     admin = AdminClient(conf)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+    healed = threading.Event()
 
     def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
         if any(b"bad" in m.body for m in msgs):
             raise ValueError("downstream says no")
+        if any(m.body == b"flaky" for m in msgs):
+            if not any(m.reconsume_times for m in msgs):
+                raise TimeoutError("slow downstream")
+            healed.set()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
     consumer = PushConsumer(
@@ -60,6 +69,7 @@ def make_console_group(bootstrap: str) -> ConsoleGroup:
         namespace=ns,
         max_reconsume_times=1,
         partitions=1,
+        trace_topic=trace_topic,
     )
     consumer.subscribe(topic)
     consumer.register_message_listener(listener)
@@ -74,7 +84,9 @@ def make_console_group(bootstrap: str) -> ConsoleGroup:
                     )
                 for i in range(2):
                     p.send(Message(topic=topic, body=b"ok-%d" % i))
+                p.send(Message(topic=topic, body=b"flaky"))
             wait_for(lambda: len(read_dlq(conf, group)) == 3, what="three dead letters")
+            wait_for(healed.is_set, what="the flaky message's second delivery")
         level3 = naming.to_kafka(naming.schedule_topic(3, DelayLevels.parse(LEVELS), ns))
         before = sum(end_offsets(conf, level3).values())
         with Producer(conf) as p:
@@ -84,9 +96,9 @@ def make_console_group(bootstrap: str) -> ConsoleGroup:
             lambda: sum(end_offsets(conf, level3).values()) >= before + 2,
             what="two retries parked on level 3",
         )
-        wait_for(lambda: committed(conf, group, topic) == 7, what="the group's offsets")
+        wait_for(lambda: committed(conf, group, topic) == 8, what="the group's offsets")
     dead = [e.message.msg_id for e in read_dlq(conf, group)]
-    return ConsoleGroup(bootstrap, topic, group, ns, dead, 2)
+    return ConsoleGroup(bootstrap, topic, group, ns, dead, 2, trace_topic)
 
 
 def committed(conf: dict[str, Any], group: str, topic: str) -> int:
