@@ -170,6 +170,7 @@ def group_page(
         )
         erows.append(
             f"<tr><td><input type='checkbox' class='pick' value='{h(e['msg_id'])}'"
+            f" data-at='{h(e['partition'])}-{h(e['offset'])}'"
             f"{' disabled' if read_only else ''}></td>"
             f"<td><a href='{h(link)}'>{h(e['msg_id'])}</a></td><td>{h(e['origin_topic'])}</td>"
             f"<td>{h(e['reason'])}</td><td>{h(e['failure'])}</td><td>{h(e['keys'])}</td>"

@@ -330,6 +330,7 @@ def redrive_request(settings: ConsoleSettings, body: Any) -> tuple[Selection, Re
         "force",
         "again",
         "to_origin",
+        "positions",
     }
     extra = sorted(set(body) - known)
     if extra:
@@ -352,8 +353,19 @@ def redrive_request(settings: ConsoleSettings, body: Any) -> tuple[Selection, Re
             raise InvalidInputError("filter", flt, 'is empty: use {"all": true} for all')
     else:
         parsed = None
+    positions = body.get("positions")
+    where: tuple[tuple[int, int], ...] | None = None
+    if positions is not None:
+        if not isinstance(positions, list) or not all(isinstance(p, str) for p in positions):
+            raise InvalidInputError(
+                "positions", positions, 'must be a list of "partition-offset" strings'
+            )
+        where = tuple(_position(p) for p in positions)
     selection = Selection(
-        ids=None if ids is None else tuple(ids), filter=parsed, all=_flag(body, "all")
+        ids=None if ids is None else tuple(ids),
+        filter=parsed,
+        all=_flag(body, "all"),
+        positions=where,
     )
     rate = body.get("rate")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
@@ -368,6 +380,13 @@ def redrive_request(settings: ConsoleSettings, body: Any) -> tuple[Selection, Re
         force=_flag(body, "force"),
     )
     return selection, options
+
+
+def _position(text: str) -> tuple[int, int]:
+    p, sep, o = text.partition("-")
+    if not sep or not p.isdigit() or not o.isdigit():
+        raise InvalidInputError("positions", text, 'a position is "partition-offset", e.g. "0-15"')
+    return int(p), int(o)
 
 
 def redrive_group_dlq(settings: ConsoleSettings, group: str, body: Any, who: str) -> RedriveOutcome:

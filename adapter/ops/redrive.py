@@ -31,6 +31,7 @@ from adapter.services.dlq import (
     RedriveResult,
     check_redrive_options,
     read_dlq,
+    read_dlq_at,
     redrive,
 )
 
@@ -94,6 +95,9 @@ class Selection:
     filter: DlqFilter | None = None
     all: bool = False
     limit: int | None = None
+    #: with ``ids``: where they are (``(partition, offset)``, as a DLQ page shows them), so
+    #: only those records are read; a hint: an id not found there is looked for in the DLQ
+    positions: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         given = sum((self.ids is not None, self.filter is not None, self.all))
@@ -101,6 +105,8 @@ class Selection:
             raise InvalidInputError(
                 "selection", self.describe(), 'give exactly one of "ids", "filter" or "all"'
             )
+        if self.positions is not None and self.ids is None:
+            raise InvalidInputError("positions", len(self.positions), "only go with ids")
         if self.ids is not None:
             if not self.ids or len(self.ids) > MAX_IDS:
                 raise InvalidInputError(
@@ -197,6 +203,10 @@ def run_redrive(
     is part of the history).  A refused send raises :class:`RedriveError` after the audit
     record says so."""
     naming.check_group(group)
+    if entries is None and selection.ids is not None and selection.positions:
+        at = read_dlq_at(config, group, selection.positions)
+        if at is not None and {i for i in selection.ids} <= {e.message.msg_id for e in at}:
+            entries = at
     if entries is None:
         entries = read_dlq(config, group, limit=selection.limit, progress=reading)
     chosen = [e for e in entries if selection.chooses(e)]

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import tenacity
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -295,6 +295,66 @@ def read_dlq_page(
                     out.append(entry)
         more = any(position[p] < spans[p][1] for p in spans)
         return DlqPage(tuple(out), dict(position) if more else None, scanned, total)
+    finally:
+        consumer.close()
+
+
+#: A partition's positions further apart than this are not read as one span.
+MAX_SPAN: Final = 10_000
+
+
+def read_dlq_at(
+    config: Mapping[str, Any],
+    group: str,
+    positions: Iterable[tuple[int, int]],
+    *,
+    timeout_s: float = 10.0,
+) -> list[DeadLetterEntry] | None:
+    """The entries of ``%DLQ%<group>`` at ``(partition, offset)`` positions (those still
+    there), reading per partition only the span between its first and last position;
+    ``None`` when a partition's span is above :data:`MAX_SPAN` (read the DLQ instead)."""
+    kafka_topic = naming.to_kafka(naming.dlq_topic(group))
+    wanted: dict[int, set[int]] = {}
+    for p, o in positions:
+        wanted.setdefault(p, set()).add(o)
+    if any(max(offs) - min(offs) >= MAX_SPAN for offs in wanted.values()):
+        return None
+    if not wanted:
+        return []
+    consumer = _reader(config, group=redrive_group(group))
+    try:
+        spans: dict[int, tuple[int, int]] = {}
+        for p, offs in wanted.items():
+            low, high = watermarks(consumer, TopicPartition(kafka_topic, p), timeout_s)
+            first, last = max(min(offs), low), min(max(offs) + 1, high)
+            if first < last:
+                spans[p] = (first, last)
+        if not spans:
+            return []
+        consumer.assign([TopicPartition(kafka_topic, p, s) for p, (s, _) in spans.items()])
+        out: list[DeadLetterEntry] = []
+        while spans:
+            kmsg = consumer.poll(timeout_s)
+            if kmsg is None:
+                break
+            err = kmsg.error()
+            p = kmsg.partition()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    spans.pop(p, None)
+                elif err.code() in AUTH_CODES:
+                    raise AuthenticationError(
+                        f"not allowed to read {naming.dlq_topic(group)}: {err.str()}",
+                        kafka_error=err,
+                    )
+                continue
+            if p not in spans:
+                continue
+            if kmsg.offset() in wanted[p]:
+                out.append(_entry(kafka_topic, kmsg, None))
+            if kmsg.offset() + 1 >= spans[p][1]:
+                spans.pop(p)
+        return out
     finally:
         consumer.close()
 

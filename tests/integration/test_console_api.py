@@ -26,7 +26,7 @@ from adapter.console.server import RunningConsole, start_background
 from adapter.console.service import ConsoleSettings
 from adapter.core import naming
 from adapter.io.topics import ensure_topics, plan_topics
-from adapter.services.dlq import HEADER_REDRIVE_COUNT
+from adapter.services.dlq import HEADER_REDRIVE_COUNT, MAX_SPAN, read_dlq_at
 from tests.support.console_group import ConsoleGroup, make_console_group, wait_for
 from tests.support.consumer_helpers import end_offsets
 
@@ -523,3 +523,36 @@ def test_the_docs_shell_snippets_run_as_written(
     assert any(g["group"] == group for g in lines[0]["groups"])
     assert len(lines[1]["entries"]) == 3
     assert lines[2]["dry_run"] and lines[2]["already_redriven"] == 3
+
+
+def test_redrive_by_ids_reads_where_the_page_says_and_falls_back(
+    kafka_bootstrap_servers: str, api: httpx.Client
+) -> None:
+    """Ids with their positions (as the page sends them) are read there only; a position
+    that holds another message is only a hint: the id is looked for in the DLQ."""
+    group = f"pos-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    ensure_topics(conf, plan_topics(groups=[group], partitions=1, include_schedule=False))
+    producer = KafkaProducer(conf)
+    for i in range(4):
+        producer.produce(_dlq_kafka(group), value=b"dead", headers=[("UNIQ_KEY", f"p{i}".encode())])
+    assert producer.flush(15) == 0
+    at = read_dlq_at(conf, group, [(0, 1), (0, 3), (0, 99)])
+    assert at is not None and [e.message.msg_id for e in at] == ["p1", "p3"]
+    assert read_dlq_at(conf, group, [(0, 0), (0, MAX_SPAN + 5)]) is None
+    url = f"/api/groups/{group}/dlq/redrive"
+    right = api.post(url, json={"ids": ["p1"], "positions": ["0-1"], "dry_run": True}).json()
+    assert [p["msg_id"] for p in right["plan"]] == ["p1"]
+    wrong = api.post(url, json={"ids": ["p2"], "positions": ["0-3"], "dry_run": True}).json()
+    assert [p["msg_id"] for p in wrong["plan"]] == ["p2"] and wrong["missing_ids"] == []
+    sent = api.post(url, json={"ids": ["p1", "p3"], "positions": ["0-1", "0-3"]}).json()
+    assert sent["sent"] == 2
+    retry = naming.to_kafka(naming.retry_topic(group))
+    assert sum(end_offsets(conf, retry).values()) == 2
+    for body, needle in (
+        ({"all": True, "positions": ["0-1"]}, "only go with ids"),
+        ({"ids": ["p1"], "positions": ["first"]}, "partition-offset"),
+        ({"ids": ["p1"], "positions": "0-1"}, "list"),
+    ):
+        r = api.post(url, json=body)
+        assert r.status_code == 400 and needle in r.json()["error"], (body, r.text)

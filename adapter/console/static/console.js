@@ -53,8 +53,12 @@
     var guard = document.getElementById("max_redrives").value;
     if (guard) body.max_redrives = Number(guard);
     if (what === "selected") {
-      body.ids = Array.prototype.map.call(
-        document.querySelectorAll("input.pick:checked"), function (c) { return c.value; });
+      var picked = document.querySelectorAll("input.pick:checked");
+      body.ids = Array.prototype.map.call(picked, function (c) { return c.value; });
+      // where they are: only those records are read (a hint; the ids decide)
+      body.positions = Array.prototype.map.call(picked, function (c) {
+        return c.getAttribute("data-at");
+      });
     } else if (what === "filter") {
       body.filter = filterOf();
     } else {
