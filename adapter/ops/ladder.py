@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from adapter.constants import HEADER_DUE_MS, HEADER_GROUP, TRACE_TOPIC
+from adapter.constants import (
+    HEADER_DUE_MS,
+    HEADER_GROUP,
+    KAFKA_DLQ_PREFIX,
+    KAFKA_RETRY_PREFIX,
+    TRACE_TOPIC,
+)
 from adapter.core import naming
 from adapter.core.headers import HeaderView, parse_non_negative
 from adapter.core.timespec import format_time
@@ -37,7 +43,7 @@ def adapter_groups(config: Mapping[str, Any], *, timeout_s: float = 30.0) -> lis
     session = AdminSession(config, timeout_s=timeout_s, what="listing groups")
     groups: set[str] = set()
     for kafka_topic in session.topics():
-        if not kafka_topic.startswith(("rmq.retry.", "rmq.dlq.")):
+        if not kafka_topic.startswith((KAFKA_RETRY_PREFIX, KAFKA_DLQ_PREFIX)):
             continue
         try:
             group = naming.group_of(naming.from_kafka(kafka_topic))

@@ -5,9 +5,12 @@
     var m = document.querySelector('meta[name="csrf-token"]');
     return m ? m.getAttribute("content") : "";
   }
+  var REFRESH_MS = 10000;
   function refreshGroups() {
     var table = document.getElementById("groups");
     if (!table) return;
+    // the next refresh is asked for once this one answered: slow answers never pile up
+    var again = function () { setTimeout(refreshGroups, REFRESH_MS); };
     fetch(table.getAttribute("data-refresh"), { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (data) {
@@ -25,7 +28,8 @@
         var late = document.querySelector('[data-field="lateness_ms"]');
         if (late && data.schedule) late.textContent = String(data.schedule.lateness_ms);
       })
-      .catch(function () {});
+      .catch(function () {})
+      .then(again);
   }
   function selectionText(sel) {
     if (sel.ids) return sel.ids.length + " id(s)";
@@ -101,7 +105,7 @@
       .catch(function (e) { out.textContent = "failed: " + e; });
   }
   document.addEventListener("DOMContentLoaded", function () {
-    if (document.getElementById("groups")) setInterval(refreshGroups, 10000);
+    if (document.getElementById("groups")) setTimeout(refreshGroups, REFRESH_MS);
     var dry = document.getElementById("dry-run");
     if (dry) dry.addEventListener("click", function () { redrive(true); });
     var run = document.getElementById("run-redrive");
