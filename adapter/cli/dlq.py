@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from typing import Any
 
@@ -126,7 +127,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 args.group,
                 Selection(all=True, limit=args.limit),
                 options,
-                who=getpass.getuser(),
+                who=_user(),
                 source="cli",
                 entries=entries,
                 sending=sending,
@@ -160,6 +161,14 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _user() -> str:
+    """Who runs the command, for the audit log."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return f"uid {os.getuid()}"
 
 
 def _check_dlq_exists(config: dict[str, Any], group: str) -> None:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -389,6 +390,16 @@ def test_bad_input_gets_a_clear_4xx(  # noqa: PLR0917 - pytest passes the case b
     assert needle in error and "Traceback" not in error, error
 
 
+def test_pages_answer_a_bad_group_with_an_error_page(state: State, api: httpx.Client) -> None:
+    page = api.get(f"/groups/no-such-{uuid.uuid4().hex[:6]}")
+    assert page.status_code == 404 and "no such group" in page.text
+    assert "Traceback" not in page.text
+    bad = api.get(f"/groups/{state.group}", params={"limit": "-1"})
+    assert bad.status_code == 400 and "limit" in bad.text
+    ok = api.get(f"/groups/{state.group}")
+    assert ok.status_code == 200 and 'id="ladder-chart"' in ok.text
+
+
 def test_a_body_that_is_not_json_is_a_400(state: State, api: httpx.Client) -> None:
     r = api.post(
         f"/api/groups/{state.group}/dlq/redrive",
@@ -545,8 +556,11 @@ def test_redrive_by_ids_reads_where_the_page_says_and_falls_back(
     assert [p["msg_id"] for p in right["plan"]] == ["p1"]
     wrong = api.post(url, json={"ids": ["p2"], "positions": ["0-3"], "dry_run": True}).json()
     assert [p["msg_id"] for p in wrong["plan"]] == ["p2"] and wrong["missing_ids"] == []
-    sent = api.post(url, json={"ids": ["p1", "p3"], "positions": ["0-1", "0-3"]}).json()
+    began = time.monotonic()
+    body = {"ids": ["p1", "p3"], "positions": ["0-1", "0-3"], "rate": 2}
+    sent = api.post(url, json=body).json()
     assert sent["sent"] == 2
+    assert time.monotonic() - began >= 0.5  # the second send waited for the rate
     retry = naming.to_kafka(naming.retry_topic(group))
     assert sum(end_offsets(conf, retry).values()) == 2
     for body, needle in (
