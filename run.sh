@@ -5,6 +5,7 @@
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
+#   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium)
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)
 #   ./run.sh setup   only the set-up
@@ -28,7 +29,7 @@ setup() {
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "==> installing the project, its test tools and the Spark analytics extra into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[test,spark]"
+    "$VENV/bin/python" -m pip install -q -e ".[test,spark,console]"
     echo "$want" > "$stamp"
   fi
   echo "==> Kafka broker jars (pinned, from Maven Central, cached in $RMQ_KAFKA_HOME)"
@@ -89,6 +90,16 @@ case "$cmd" in
     "$VENV/bin/python" -c "import sys; sys.path.insert(0, 'tests/conformance'); import rmq_broker; print('    ready:', rmq_broker.ensure_runner())"
     echo "==> the conformance tier: every scenario on a real RocketMQ broker and on the adapter (minutes)"
     RMQ_CONFORMANCE=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 tests/conformance "$@"
+    ;;
+  test-console)
+    setup
+    if [ ! -x "${RMQ_CONSOLE_CHROMIUM:-/usr/bin/chromium}" ]; then
+      echo "==> installing Debian's chromium (Playwright drives it)"
+      if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium
+      else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi
+    fi
+    echo "==> the console tier: the retry console in a real browser, and its DLQ view with 100 000 dead letters"
+    RMQ_CONSOLE_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 -s tests/console "$@"
     ;;
   bench)
     setup

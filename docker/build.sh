@@ -119,7 +119,7 @@ build_app() {
   rm -rf "$ctx" && mkdir -p "$ctx/wheels" "$ctx/project"
   echo "==> wheels of the dependencies (PyPI, pinned by pyproject.toml)"
   # prometheus-client: the metrics endpoints (a no-op when the adapter already requires it)
-  "$PY" -m pip wheel -q -w "$ctx/wheels" "$PROJECT_WHEEL" prometheus-client pip
+  "$PY" -m pip wheel -q -w "$ctx/wheels" "$PROJECT_WHEEL[console]" prometheus-client pip
   rm -f "$ctx/wheels"/rmq_kafka_adapter-*.whl
   cp "$PROJECT_WHEEL" "$ctx/project/"
   cp "$HERE/app/Dockerfile" "$HERE/app/healthcheck.py" "$HERE/app/schedule-service.sh" "$ctx/"

@@ -33,6 +33,9 @@ _GROUPS = {
     "test_analytics_bench.py": "spark",
     "test_security.py": "sasl-broker",
     "test_embedded_broker.py": "own-broker",
+    # one consumer run makes the group all its tests read
+    "test_console_api.py": "console",
+    "test_console_security.py": "sasl-broker",
     "test_stack.py": "docker",
     "test_cluster_stack.py": "docker",
     # one three-node cluster per worker: its modules share the worker that has it

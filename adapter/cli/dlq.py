@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
 from typing import Any
 
-from adapter.cli.options import add_actions, add_kafka_args, kafka_config
+from adapter.cli.options import (
+    add_actions,
+    add_kafka_args,
+    kafka_config,
+    positive_float,
+    positive_int,
+)
 from adapter.constants import HEADER_BODY_OMITTED
 from adapter.errors import AdapterError
 
@@ -45,12 +53,30 @@ def _args(d: argparse.ArgumentParser, action: str) -> None:
             action="store_true",
             help="also entries an earlier redrive sent (redrive them again, on purpose)",
         )
+        d.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print what would be sent where; send nothing",
+        )
+        d.add_argument(
+            "--rate", type=positive_float, help="send at most this many messages a second"
+        )
+        d.add_argument(
+            "--max-redrives",
+            type=positive_int,
+            metavar="N",
+            help="loop guard: skip a message redriven N times already (unless --force)",
+        )
+        d.add_argument(
+            "--force", action="store_true", help="send messages the loop guard would skip"
+        )
     add_kafka_args(d)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     from adapter.ops.progress import ProgressReporter
-    from adapter.services.dlq import read_dlq, redrive
+    from adapter.ops.redrive import RedriveOptions, Selection, run_redrive
+    from adapter.services.dlq import read_dlq
 
     config = kafka_config(args)
     reading = ProgressReporter(f"reading %DLQ%{args.group}")
@@ -86,18 +112,46 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         print(f"{len(entries)} dead letter(s) in %DLQ%{args.group}", file=sys.stderr)
     else:
         sending = ProgressReporter("redriving", every=10_000)
+        options = RedriveOptions(
+            to_origin=args.to_origin,
+            skip_missing_bodies=args.skip_missing_bodies,
+            again=args.all,
+            dry_run=args.dry_run,
+            rate=args.rate,
+            max_redrives=args.max_redrives,
+            force=args.force,
+        )
         try:
-            result = redrive(
+            outcome = run_redrive(
                 config,
                 args.group,
-                entries,
-                to_origin=args.to_origin,
-                skip_missing_bodies=args.skip_missing_bodies,
-                again=args.all,
-                progress=sending,
+                Selection(all=True, limit=args.limit),
+                options,
+                who=_user(),
+                source="cli",
+                entries=entries,
+                sending=sending,
             )
         finally:
             sending.close()
+        result = outcome.result
+        for msg_id in result.guarded:
+            print(
+                f"loop guard: {msg_id} was redriven {args.max_redrives} time(s) already, "
+                "not sent (--force sends it)",
+                file=sys.stderr,
+            )
+        if result.dry_run:
+            for msg_id, target in result.planned:
+                print(f"would send {msg_id} to {target}")
+            print(f"dry run: would redrive {len(result.planned)} of {len(entries)} message(s)")
+            if result.already:
+                print(
+                    f"{result.already} were redriven before and would not be sent again "
+                    "(--all sends them)",
+                    file=sys.stderr,
+                )
+            return 0
         for msg_id, where, why in result.skipped:
             print(f"skipped {msg_id} (body at {where}): {why}", file=sys.stderr)
         print(f"redrove {result.sent} of {len(entries)} message(s)")
@@ -107,6 +161,14 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _user() -> str:
+    """Who runs the command, for the audit log."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return f"uid {os.getuid()}"
 
 
 def _check_dlq_exists(config: dict[str, Any], group: str) -> None:

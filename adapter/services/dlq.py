@@ -3,8 +3,12 @@
 A redrive is resumable and idempotent: once the broker acknowledged an entry's copy, the
 entry's offset is committed for the DLQ's *redrive group* (``rmq-dlq-redrive.<group>``), and
 later redrives skip what lies below that mark (``again=True`` sends such entries anyway, on
-purpose).  An entry that was not sent (refused, or its omitted body gone) holds the mark of its
-partition where it is, so a later run tries it again.  :func:`read_dlq` says of each entry
+purpose).  Every copy carries ``RMQ_REDRIVE_COUNT`` (how many times the message was redriven,
+kept on its later hops): the *loop guard* (``max_redrives``) refuses a dead letter that was
+redriven that often already unless ``force``.  ``dry_run`` says what would be sent where and
+sends nothing; ``rate`` paces the sends (messages a second).  An entry that was not sent
+(refused, or its omitted body gone) holds the mark of its partition where it is, so a later
+run tries it again.  :func:`read_dlq` says of each entry
 whether it was redriven.  Two redrives of one DLQ at the same moment are not coordinated.
 """
 
@@ -13,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import tenacity
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -31,15 +35,17 @@ from adapter.constants import (
     PROPERTY_UNIQ_KEY,
 )
 from adapter.core import naming
-from adapter.core.codec import OmittedBody, decode_record, redrive_headers
+from adapter.core.codec import OmittedBody, decode_record, redrive_headers, replace_headers
 from adapter.core.headers import HeaderView
 from adapter.core.message import MessageExt
 from adapter.errors import (
     AdapterError,
     AuthenticationError,
     DeadLetterBodyError,
+    InvalidInputError,
     MalformedHeaderError,
 )
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_kafka_config, producer_config
 from adapter.io.errors import (
     AUTH_CODES,
@@ -54,6 +60,9 @@ from adapter.io.polling import watermarks
 log = logging.getLogger("adapter.dlq")
 
 REDRIVE_GROUP_PREFIX = "rmq-dlq-redrive."
+#: How many times a message was redriven from a DLQ (a user property: it stays on the
+#: message's later hops, so a message that dies again still carries it).
+HEADER_REDRIVE_COUNT = "RMQ_REDRIVE_COUNT"
 
 
 def redrive_group(group: str) -> str:
@@ -84,6 +93,12 @@ class DeadLetterEntry:
             p.get(HEADER_FAILURE_MESSAGE),
             redriven,
         )
+
+    @property
+    def redrive_count(self) -> int:
+        """How many times this message was redriven before (0: never, or unreadable)."""
+        text = self.message.properties.get(HEADER_REDRIVE_COUNT)
+        return int(text) if text is not None and text.isdigit() else 0
 
     @property
     def omitted_body(self) -> OmittedBody | None:
@@ -191,6 +206,187 @@ def read_dlq(
         consumer.close()
 
 
+@dataclass(frozen=True, slots=True)
+class DlqPage:
+    """One page of a DLQ, oldest first: the entries that matched, where the next page starts
+    (``None``: the end was reached), how many records were read for it and how many the DLQ
+    holds."""
+
+    entries: tuple[DeadLetterEntry, ...]
+    next_cursor: dict[int, int] | None
+    scanned: int
+    total: int
+
+
+def parse_cursor(text: str) -> dict[int, int]:
+    """``"0-15.1-20"`` (partition-offset pairs) as ``{0: 15, 1: 20}``."""
+    out: dict[int, int] = {}
+    for part in text.split("."):
+        p, sep, o = part.partition("-")
+        if not sep or not p.isdigit() or not o.isdigit():
+            raise InvalidInputError(
+                "cursor", text, "expected partition-offset pairs like 0-15.1-20"
+            )
+        out[int(p)] = int(o)
+    return out
+
+
+def format_cursor(cursor: Mapping[int, int]) -> str:
+    return ".".join(f"{p}-{o}" for p, o in sorted(cursor.items()))
+
+
+def read_dlq_page(
+    config: Mapping[str, Any],
+    group: str,
+    *,
+    limit: int = 50,
+    cursor: Mapping[int, int] | None = None,
+    since_ms: int | None = None,
+    match: Callable[[DeadLetterEntry], bool] | None = None,
+    scan_max: int = 20_000,
+    timeout_s: float = 10.0,
+) -> DlqPage:
+    """At most ``limit`` entries of ``%DLQ%<group>`` that ``match``, from ``cursor`` (else from
+    ``since_ms``, else from the start), reading at most ``scan_max`` records: the cost of a
+    page does not grow with the DLQ.  Reads only."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInputError("limit", limit, "must be a whole number from 1 to 1000")
+    kafka_topic = naming.to_kafka(naming.dlq_topic(group))
+    consumer = _reader(config, group=redrive_group(group))
+    try:
+        md = consumer.list_topics(topic=kafka_topic, timeout=timeout_s)
+        tmd = md.topics.get(kafka_topic)
+        if tmd is not None and tmd.error is not None and tmd.error.code() in AUTH_CODES:
+            raise AuthenticationError(
+                f"not allowed to read {naming.dlq_topic(group)}: {tmd.error.str()}",
+                kafka_error=tmd.error,
+            )
+        if tmd is None or tmd.error is not None:
+            return DlqPage((), None, 0, 0)
+        spans: dict[int, tuple[int, int]] = {}
+        for p in sorted(tmd.partitions):
+            spans[p] = watermarks(consumer, TopicPartition(kafka_topic, p), timeout_s)
+        total = sum(high - low for low, high in spans.values())
+        starts = {p: low for p, (low, _) in spans.items()}
+        if cursor is not None:
+            starts = {p: max(starts[p], cursor.get(p, starts[p])) for p in starts}
+        elif since_ms is not None:
+            asked = [TopicPartition(kafka_topic, p, since_ms) for p in spans]
+            for tp in consumer.offsets_for_times(asked, timeout=timeout_s):
+                starts[tp.partition] = spans[tp.partition][1] if tp.offset < 0 else tp.offset
+        todo = {p: (starts[p], spans[p][1]) for p in spans if starts[p] < spans[p][1]}
+        position = dict(starts)
+        out: list[DeadLetterEntry] = []
+        scanned = 0
+        if todo:
+            consumer.assign([TopicPartition(kafka_topic, p, s) for p, (s, _) in todo.items()])
+            marks = _marks(consumer, kafka_topic, sorted(todo), timeout_s)
+            while todo and len(out) < limit and scanned < scan_max:
+                kmsg = consumer.poll(timeout_s)
+                if kmsg is None:
+                    break
+                err = kmsg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if todo.pop(kmsg.partition(), None) is not None:  # markers only left
+                            position[kmsg.partition()] = spans[kmsg.partition()][1]
+                    elif err.code() in AUTH_CODES:
+                        raise AuthenticationError(
+                            f"not allowed to read {naming.dlq_topic(group)}: {err.str()}",
+                            kafka_error=err,
+                        )
+                    continue
+                p = kmsg.partition()
+                if p not in todo:
+                    continue
+                scanned += 1
+                position[p] = kmsg.offset() + 1
+                if position[p] >= todo[p][1]:
+                    todo.pop(p)
+                entry = _entry(kafka_topic, kmsg, marks)
+                if match is None or match(entry):
+                    out.append(entry)
+        more = any(position[p] < spans[p][1] for p in spans)
+        return DlqPage(tuple(out), dict(position) if more else None, scanned, total)
+    finally:
+        consumer.close()
+
+
+#: A partition's positions further apart than this are not read as one span.
+MAX_SPAN: Final = 10_000
+
+
+def read_dlq_at(
+    config: Mapping[str, Any],
+    group: str,
+    positions: Iterable[tuple[int, int]],
+    *,
+    timeout_s: float = 10.0,
+) -> list[DeadLetterEntry] | None:
+    """The entries of ``%DLQ%<group>`` at ``(partition, offset)`` positions (those still
+    there), reading per partition only the span between its first and last position;
+    ``None`` when a partition's span is above :data:`MAX_SPAN` (read the DLQ instead)."""
+    kafka_topic = naming.to_kafka(naming.dlq_topic(group))
+    wanted: dict[int, set[int]] = {}
+    for p, o in positions:
+        wanted.setdefault(p, set()).add(o)
+    if any(max(offs) - min(offs) >= MAX_SPAN for offs in wanted.values()):
+        return None
+    if not wanted:
+        return []
+    consumer = _reader(config, group=redrive_group(group))
+    try:
+        spans: dict[int, tuple[int, int]] = {}
+        for p, offs in wanted.items():
+            low, high = watermarks(consumer, TopicPartition(kafka_topic, p), timeout_s)
+            first, last = max(min(offs), low), min(max(offs) + 1, high)
+            if first < last:
+                spans[p] = (first, last)
+        if not spans:
+            return []
+        consumer.assign([TopicPartition(kafka_topic, p, s) for p, (s, _) in spans.items()])
+        out: list[DeadLetterEntry] = []
+        while spans:
+            kmsg = consumer.poll(timeout_s)
+            if kmsg is None:
+                break
+            err = kmsg.error()
+            p = kmsg.partition()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    spans.pop(p, None)
+                elif err.code() in AUTH_CODES:
+                    raise AuthenticationError(
+                        f"not allowed to read {naming.dlq_topic(group)}: {err.str()}",
+                        kafka_error=err,
+                    )
+                continue
+            if p not in spans:
+                continue
+            if kmsg.offset() in wanted[p]:
+                out.append(_entry(kafka_topic, kmsg, None))
+            if kmsg.offset() + 1 >= spans[p][1]:
+                spans.pop(p)
+        return out
+    finally:
+        consumer.close()
+
+
+def _entry(kafka_topic: str, kmsg: Any, marks: Mapping[int, int] | None) -> DeadLetterEntry:
+    ts_type, ts = kmsg.timestamp()
+    msg = decode_record(
+        kafka_topic=kafka_topic,
+        partition=kmsg.partition(),
+        offset=kmsg.offset(),
+        value=kmsg.value(),
+        key=kmsg.key(),
+        headers=kmsg.headers(),
+        timestamp_ms=ts if ts_type else None,
+    )
+    mark = None if marks is None else marks.get(kmsg.partition(), 0)
+    return DeadLetterEntry.of(msg, None if mark is None else kmsg.offset() < mark)
+
+
 Problem = tuple[str, str, str]
 """``(msg_id, where, why)``: an entry that was not redriven."""
 
@@ -206,6 +402,11 @@ class RedriveResult:
     failed: tuple[Problem, ...] = ()
     #: entries not sent because an earlier redrive had (``again=True`` sends them)
     already: int = 0
+    #: entries the loop guard refused: redriven ``max_redrives`` times already (``force``)
+    guarded: tuple[str, ...] = ()
+    #: ``(msg_id, logical target topic)`` of what was (or, on a dry run, would be) sent
+    planned: tuple[tuple[str, str], ...] = ()
+    dry_run: bool = False
 
 
 class RedriveError(AdapterError):
@@ -228,6 +429,10 @@ def redrive(
     to_origin: bool = False,
     skip_missing_bodies: bool = False,
     again: bool = False,
+    dry_run: bool = False,
+    rate: float | None = None,
+    max_redrives: int | None = None,
+    force: bool = False,
     timeout_s: float = 30.0,
     progress: Progress | None = None,
 ) -> RedriveResult:
@@ -249,7 +454,14 @@ def redrive(
     Entries below the redrive group's mark were redriven before and are skipped (counted in
     ``RedriveResult.already``) unless ``again``; once sent, the marks move past what the broker
     acknowledged (never backwards).
+
+    ``max_redrives``: an entry redriven that many times already (``RMQ_REDRIVE_COUNT``) is
+    not sent (listed in ``RedriveResult.guarded``) unless ``force``; the marks move past it
+    as past a sent one (forcing it on a later run needs ``again`` too).
+    ``dry_run``: nothing is sent and no mark moves; ``RedriveResult.planned`` says what would
+    go where.  ``rate``: at most that many messages a second.
     """
+    check_redrive_options(rate, max_redrives)
     kafka_dlq = naming.to_kafka(naming.dlq_topic(group))
     marker = _reader(config, group=redrive_group(group))
     try:
@@ -260,24 +472,36 @@ def redrive(
                 f"cannot read the redrive marks of %DLQ%{group} (consumer group "
                 f"{redrive_group(group)!r}): grant it READ, or redrive with again=True / --all"
             )
-        fresh = [
-            e
-            for e in entries
-            if again or e.message.queue_offset >= marks.get(e.message.queue_id, 0)
-        ]
+        plan = plan_redrive(entries, marks, again=again, max_redrives=max_redrives, force=force)
+        planned = tuple(
+            (e.message.msg_id, redrive_target(e, group, to_origin=to_origin)) for e in plan.send
+        )
+        guarded = tuple(e.message.msg_id for e in plan.guarded)
+        if dry_run:
+            return RedriveResult(
+                0, already=len(plan.already), guarded=guarded, planned=planned, dry_run=True
+            )
         result = _redrive(
             config,
             group,
-            fresh,
+            list(plan.send),
             to_origin=to_origin,
             skip_missing_bodies=skip_missing_bodies,
             timeout_s=timeout_s,
             progress=progress,
+            rate=rate,
         )
         result = RedriveResult(
-            result.sent, result.skipped, result.failed, already=len(entries) - len(fresh)
+            result.sent,
+            result.skipped,
+            result.failed,
+            already=len(plan.already),
+            guarded=guarded,
+            planned=planned,
         )
-        moved = redrive_marks(fresh, result, marks)
+        # the loop guard's refusal is a decision, as a send is: the marks move past it (a
+        # later forced redrive of it needs again=True too, as any second redrive does)
+        moved = redrive_marks([*plan.send, *plan.guarded], result, marks)
         if moved:
             _commit_marks(marker, kafka_dlq, moved)
     finally:
@@ -285,6 +509,58 @@ def redrive(
     if result.failed:
         raise RedriveError(result)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class RedrivePlan:
+    """Which entries a redrive sends, which an earlier redrive sent already (below the
+    marks) and which the loop guard refuses."""
+
+    send: tuple[DeadLetterEntry, ...]
+    already: tuple[DeadLetterEntry, ...]
+    guarded: tuple[DeadLetterEntry, ...]
+
+
+def check_redrive_options(rate: float | None, max_redrives: int | None) -> None:
+    """Refuse a rate that is not a positive number and a loop guard below 1."""
+    if rate is not None and (
+        isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0
+    ):
+        raise InvalidInputError("rate", rate, "must be a number of messages a second > 0")
+    if max_redrives is not None and (
+        isinstance(max_redrives, bool) or not isinstance(max_redrives, int) or max_redrives < 1
+    ):
+        raise InvalidInputError("max_redrives", max_redrives, "must be a whole number >= 1")
+
+
+def plan_redrive(
+    entries: list[DeadLetterEntry],
+    marks: Mapping[int, int],
+    *,
+    again: bool = False,
+    max_redrives: int | None = None,
+    force: bool = False,
+) -> RedrivePlan:
+    """Split ``entries`` into what to send, what was redriven before (below its partition's
+    mark; sent anyway with ``again``) and what the loop guard refuses (redriven
+    ``max_redrives`` times already; sent anyway with ``force``).  Pure."""
+    send: list[DeadLetterEntry] = []
+    already: list[DeadLetterEntry] = []
+    guarded: list[DeadLetterEntry] = []
+    for e in entries:
+        if not again and e.message.queue_offset < marks.get(e.message.queue_id, 0):
+            already.append(e)
+        elif not force and max_redrives is not None and e.redrive_count >= max_redrives:
+            guarded.append(e)
+        else:
+            send.append(e)
+    return RedrivePlan(tuple(send), tuple(already), tuple(guarded))
+
+
+def redrive_target(entry: DeadLetterEntry, group: str, *, to_origin: bool) -> str:
+    """The logical topic a redrive sends ``entry`` to."""
+    origin = entry.origin_topic or entry.message.topic
+    return origin if to_origin else naming.retry_topic(group)
 
 
 def redrive_marks(
@@ -354,6 +630,7 @@ def _redrive(
     skip_missing_bodies: bool,
     timeout_s: float,
     progress: Progress | None,
+    rate: float | None = None,
 ) -> RedriveResult:
     bodies, missing = _bodies(config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s)
     if missing and not skip_missing_bodies:
@@ -368,16 +645,20 @@ def _redrive(
         if body is None:
             continue  # skipped: its omitted body cannot be read back
         origin = entry.origin_topic or msg.topic
-        target = naming.to_kafka(origin if to_origin else naming.retry_topic(group))
+        target = naming.to_kafka(redrive_target(entry, group, to_origin=to_origin))
+        headers = redrive_headers(msg.raw_headers, origin)
         record = {
             "value": body,
             "key": msg.sharding_key,
-            "headers": redrive_headers(msg.raw_headers, origin),
+            "headers": replace_headers(headers, {HEADER_REDRIVE_COUNT: entry.redrive_count + 1}),
         }
         records.append((msg.msg_id, target, record))
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
     report = None if progress is None else _Counter(progress, len(records))
-    sent, failed, too_large = _send(producer, records, timeout_s, alone=False, progress=report)
+    pacer = None if rate is None else Pacer(rate)
+    sent, failed, too_large = _send(
+        producer, records, timeout_s, alone=False, progress=report, pacer=pacer
+    )
     for one in too_large:  # refused with its batch: judged again in a batch of its own
         n, why, _ = _send(producer, [one], timeout_s, alone=True, progress=report)
         sent += n
@@ -387,6 +668,24 @@ def _redrive(
 
 Record = tuple[str, str, dict[str, Any]]
 """``(msg_id, kafka topic, produce() keyword arguments)``."""
+
+
+class Pacer:
+    """At most ``rate`` sends a second: the n-th send waits until n / rate seconds after the
+    first (the wait serves the producer's deliveries meanwhile)."""
+
+    def __init__(self, rate: float, clock: Any = SYSTEM_CLOCK) -> None:
+        self.rate, self.clock, self.count = rate, clock, 0
+        self.start: float | None = None
+
+    def wait(self, serve: Callable[[float], Any]) -> None:
+        now = self.clock.monotonic()
+        if self.start is None:
+            self.start = now
+        due = self.start + self.count / self.rate
+        while (left := due - self.clock.monotonic()) > 0:
+            serve(min(left, 0.1))
+        self.count += 1
 
 
 class _Counter:
@@ -407,6 +706,7 @@ def _send(
     *,
     alone: bool,
     progress: _Counter | None = None,
+    pacer: Pacer | None = None,
 ) -> tuple[int, list[Problem], list[Record]]:
     """Produce and flush: how many were acknowledged, which failed, and (unless ``alone``)
     which were refused as too large, maybe only for the batch they were in."""
@@ -431,6 +731,8 @@ def _send(
     try:
         for one in records:
             msg_id, topic, record = one
+            if pacer is not None:
+                pacer.wait(producer.poll)
             why = _produce(producer, topic, {**record, "on_delivery": on_delivery(one)})
             if why is not None:
                 failed.append((msg_id, topic, why))

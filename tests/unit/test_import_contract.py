@@ -11,6 +11,8 @@ Read from the source (``ast``), not by importing it, so a violation behind a laz
 * ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, clients (no
   ``ops``, ``analytics``, ``cli``, ``bench``, ``embedded``, ``testing``);
 * ``adapter.ops`` and ``adapter.analytics`` -- operations and analytics over the clients;
+* ``adapter.console`` -- the operator's web console: over ``ops`` (beside ``adapter.cli``, which
+  starts it; never the other way round: nothing below imports the console);
 * the top: ``adapter.cli``, ``adapter.bench``, ``adapter.demo``, ``adapter.testing``, ...
 """
 
@@ -41,6 +43,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "adapter.io": IO,
     "adapter.clients": CLIENTS,
     "adapter.services": CLIENTS,
+    "adapter.console": (*CLIENTS, "adapter.ops", "adapter.console"),
 }
 #: third-party packages the pure core must not import
 CLIENT_LIBRARIES = ("confluent_kafka", "pyspark", "fastavro", "tenacity", "prometheus_client")
