@@ -99,11 +99,11 @@ from adapter.core.subscription import SubscriptionWatch
 from adapter.core.types import TP
 from adapter.errors import ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import build_options
+from adapter.io.config import build_options, check_group_protocol
 from adapter.io.control import StatusPublisher
 from adapter.io.errors import error_text, refusal_of
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
-from adapter.io.polling import refresh_if_any_exists
+from adapter.io.polling import is_cooperative, refresh_if_any_exists
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
 from adapter.io.topics import ensure_topics, plan_topics
@@ -188,6 +188,7 @@ class Consumer(confluent_kafka.Consumer):
             raise ConfigError("group.id", group, "a consumer group is required")
         naming.check_group(group)
         raw = dict(conf)
+        protocol = check_group_protocol(raw)  # a refused setting named here, not by librdkafka
         # the adapter stores offsets itself, never past a message being handed back
         self._auto_store = truthy(raw.get("enable.auto.offset.store", True))
         raw["enable.auto.offset.store"] = False
@@ -222,10 +223,7 @@ class Consumer(confluent_kafka.Consumer):
         self._in_callback = False
         self._callback_assigned = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
-        self._cooperative = (
-            "cooperative" in str(raw.get("partition.assignment.strategy", ""))
-            or str(raw.get("group.protocol", "")).lower() == "consumer"
-        )
+        self._cooperative = protocol == "consumer" or is_cooperative(raw)
         self._provisioned = False
         self._closed = False
         #: the subscription (the retry topic included) and the check for topics of it this

@@ -43,7 +43,13 @@ from adapter.core.stats import LATENCY_BUCKETS_S, Histogram
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.core.types import TP
 from adapter.errors import TopicNameError
-from adapter.io.config import build_options, check_kafka_config, require_setting
+from adapter.io.config import (
+    build_options,
+    check_group_protocol,
+    check_kafka_config,
+    require_setting,
+    set_rebalance_protocol,
+)
 from adapter.io.errors import FatalErrorWatch, error_text, is_unknown_topic, make_client, refusal_of
 from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
@@ -96,6 +102,7 @@ class ScheduleService:
     ) -> None:
         self.options = build_options(ScheduleServiceSettings, options, "ScheduleService")
         self._config = check_kafka_config(config, "ScheduleService")
+        check_group_protocol(self._config)  # a refused setting fails here, not at start()
         self.group = self.options.group_id
         self.stats = ScheduleStats()
         self._errors = FatalErrorWatch(self._config.get("error_cb"))
@@ -258,7 +265,7 @@ class _ServiceLoop:
         cconf["group.id"] = svc.group
         cconf["error_cb"] = svc._errors
         cconf["auto.offset.reset"] = "earliest"  # out of range: never skip an entry
-        cconf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        set_rebalance_protocol(cconf)
         # a resumed partition joins the next fetch request: keep the broker's long poll
         # short; and never sit out librdkafka's 1 s fetch back-off with entries due
         cconf.setdefault("fetch.wait.max.ms", 20)
