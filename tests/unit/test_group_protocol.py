@@ -65,10 +65,10 @@ def test_an_unknown_protocol_is_refused() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda conf: PushConsumer(conf),
+        PushConsumer,
         lambda conf: SimpleConsumer(conf, subscription={"t": "*"}),
-        lambda conf: ScheduleService(conf),
-        lambda conf: DropInConsumer(conf),
+        ScheduleService,
+        DropInConsumer,
     ],
     ids=["push", "simple", "schedule-service", "drop-in"],
 )
