@@ -55,6 +55,7 @@ from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
 from adapter.io.polling import release_assignment as release
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.services.schedule.backlog import GroupBacklog
 from adapter.services.schedule.delivery import (
     DELIVERIES,
     Copy,
@@ -117,6 +118,7 @@ class ScheduleService:
         #: what stopped the service loop, if it died
         self.error: BaseException | None = None
         self._metrics: Any = None
+        self._backlog: GroupBacklog | None = None
 
     def _died(self, exc: BaseException) -> None:
         self.error = exc
@@ -151,13 +153,17 @@ class ScheduleService:
             opts.metrics_port is None and opts.metrics_registry is None
         ):
             return
-        from adapter.io.metrics import ScheduleCollector, expose  # on use
+        from adapter.io.metrics import Collectors, ScheduleCollector, expose  # on use
 
         handler = self._handler
+        collector: Any = ScheduleCollector(
+            self.group, self.stats, handler.engine, lambda t: handler._level(t)[0]
+        )
+        if opts.lag_groups:
+            self._backlog = GroupBacklog(self._config, opts, handler.engine)
+            collector = Collectors(collector, self._backlog.collector())
         self._metrics = expose(
-            ScheduleCollector(
-                self.group, self.stats, handler.engine, lambda t: handler._level(t)[0]
-            ),
+            collector,
             registry=opts.metrics_registry,
             port=opts.metrics_port,
             addr=opts.metrics_addr,
@@ -191,6 +197,9 @@ class ScheduleService:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._backlog is not None:
+            self._backlog.close()
+            self._backlog = None
 
     def check_alive(self) -> None:
         """Raise what stopped the service loop, or a fatal client error that stands now."""
