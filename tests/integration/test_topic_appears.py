@@ -149,6 +149,10 @@ def test_only_unsubscribe_then_subscribe_makes_a_cooperative_member_rejoin(
         subscribe()
         poll_until(lambda: any(e.startswith("assign 1") for e in events), 30)
         assert [e for e in events if e != "assign 0"] == ["assign 1"]
+        # the broker serves the protocol asked for (Kafka 4.x: both by default)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+        desc = admin.describe_consumer_groups([kafka_group_id])[kafka_group_id].result(30)
+        assert desc.type.name == group_protocol.upper()
         events.clear()
         subscribe()  # the same topics: nothing happens
         poll_until(lambda: False, 5)
