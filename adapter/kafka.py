@@ -188,7 +188,7 @@ class Consumer(confluent_kafka.Consumer):
             raise ConfigError("group.id", group, "a consumer group is required")
         naming.check_group(group)
         raw = dict(conf)
-        protocol = check_group_protocol(raw)  # a refused setting named here, not by librdkafka
+        check_group_protocol(raw)  # a refused setting named here, not by librdkafka
         # the adapter stores offsets itself, never past a message being handed back
         self._auto_store = truthy(raw.get("enable.auto.offset.store", True))
         raw["enable.auto.offset.store"] = False
@@ -223,7 +223,7 @@ class Consumer(confluent_kafka.Consumer):
         self._in_callback = False
         self._callback_assigned = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
-        self._cooperative = protocol == "consumer" or is_cooperative(raw)
+        self._cooperative = is_cooperative(raw)  # the consumer protocol is incremental too
         self._provisioned = False
         self._closed = False
         #: the subscription (the retry topic included) and the check for topics of it this
