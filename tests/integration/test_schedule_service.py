@@ -503,7 +503,7 @@ def test_rebalance_between_two_instances_loses_nothing_and_is_never_early(
     send_wave("w3")
     wait_until(lambda: _waiting(a) > 0 and _waiting(b) > 0, 10, "entries waiting in both")
     # A serves before it leaves: the consumer protocol's rebalance can be over before any
-    # entry A holds is due (the classic one took seconds: A had forwarded wave 1 by then)
+    # entry A holds is due (the classic one took seconds: A had forwarded the "w1" entries)
     wait_until(lambda: a.stats.forwarded > 0, 10, "instance A forwarding")
     a.shutdown(20)  # a second rebalance while messages wait: B takes everything
     wait_until(lambda: b.assignment == all_tps, 30, "B owning every partition")
