@@ -100,11 +100,11 @@ from adapter.core.subscription import SubscriptionWatch
 from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
-from adapter.io.config import build_options
+from adapter.io.config import build_options, check_group_protocol
 from adapter.io.control import StatusPublisher
 from adapter.io.errors import error_text, refusal_of
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
-from adapter.io.polling import refresh_if_any_exists
+from adapter.io.polling import is_cooperative, refresh_if_any_exists
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
 from adapter.io.signals import TerminateAsInterrupt
@@ -191,6 +191,7 @@ class Consumer(confluent_kafka.Consumer):
             raise ConfigError("group.id", group, "a consumer group is required")
         naming.check_group(group)
         raw = dict(conf)
+        check_group_protocol(raw)  # a refused setting named here, not by librdkafka
         # the adapter stores offsets itself, never past a message being handed back
         self._auto_store = truthy(raw.get("enable.auto.offset.store", True))
         raw["enable.auto.offset.store"] = False
@@ -225,10 +226,7 @@ class Consumer(confluent_kafka.Consumer):
         self._in_callback = False
         self._callback_assigned = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
-        self._cooperative = (
-            "cooperative" in str(raw.get("partition.assignment.strategy", ""))
-            or str(raw.get("group.protocol", "")).lower() == "consumer"
-        )
+        self._cooperative = is_cooperative(raw)  # the consumer protocol is incremental too
         self._provisioned = False
         self._closed = False
         self._signals = TerminateAsInterrupt()

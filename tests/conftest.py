@@ -21,6 +21,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from tests.support.group_protocol import protocols
+
 _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 
 #: module file name -> the xdist group its tests share
@@ -51,6 +53,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = _TIERS.get(tier)
         if marker is not None and not any(m.name == tier for m in item.iter_markers()):
             item.add_marker(marker)
+
+
+@pytest.fixture(params=protocols())
+def group_protocol(request: pytest.FixtureRequest) -> str:
+    """The consumer group protocol of a rebalancing scenario (each of ``classic`` and
+    ``consumer`` unless ``RMQ_GROUP_PROTOCOL`` names one; tests/support/group_protocol.py)."""
+    protocol: str = request.param
+    return protocol
 
 
 def _topic_names(admin: AdminClient) -> set[str] | None:

@@ -11,7 +11,7 @@ import itertools
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -139,14 +139,22 @@ class Bench:
         p.flush(60)
 
     # -- consumer --------------------------------------------------------------------------
-    def raw_consume(self, topic: str, n: int, batch: int, fail_every: int | None = None) -> Run:
+    def raw_consume(
+        self,
+        topic: str,
+        n: int,
+        batch: int,
+        fail_every: int | None = None,
+        group_config: Mapping[str, Any] | None = None,
+    ) -> Run:
         """A careful raw confluent-kafka loop: ``consume(500)``, an error check per record,
         the no-op per batch of ``batch`` records, offsets stored per fetch and committed in
         the background, and the adapter's fetch settings (:data:`RAW_FETCH_SETTINGS`:
         without them a loop slower than the fetcher stalls for a second at a time); with
         ``fail_every`` it also produces the failed record and the rest of its batch to a
         side topic (the work ``ack_index`` implies), each with the headers our copies carry
-        (:class:`RawCopyHeaders`)."""
+        (:class:`RawCopyHeaders`); ``group_config`` is added to the consumer's config (a
+        group protocol)."""
 
         def work() -> tuple[int, float, float]:
             c = Consumer(
@@ -157,6 +165,7 @@ class Bench:
                     "enable.auto.offset.store": False,
                     "enable.auto.commit": True,
                     **RAW_FETCH_SETTINGS,
+                    **(group_config or {}),
                 }
             )
             side = (
@@ -208,6 +217,8 @@ class Bench:
         batch: int,
         fail_every: int | None = None,
         block_s: float = 0.0,
+        *,
+        group_config: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> Run:
         counts: list[int] = []  # one entry per listener call (list.append is atomic)
@@ -239,7 +250,12 @@ class Bench:
 
         group = f"ours-{uid()}"
         consumer = PushConsumer(
-            {**self.config, "group.id": group, "auto.offset.reset": "earliest"},
+            {
+                **self.config,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                **(group_config or {}),
+            },
             consume_message_batch_max_size=batch,
             delay_levels=BENCH_LEVELS,
             namespace="bench",

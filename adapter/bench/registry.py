@@ -16,6 +16,7 @@ from adapter.bench.breaker import breaker_scenarios
 from adapter.bench.consumer import blocking_scenario, consumer_scenarios, pool_scenarios
 from adapter.bench.failures import failure_scenarios
 from adapter.bench.forwarding import forwarding_scenarios
+from adapter.bench.group_protocol import consumer_protocol_scenarios
 from adapter.bench.harness import Bench, Scenario
 from adapter.bench.lateness import lateness_scenario
 from adapter.bench.memory import rss_scenario
@@ -44,6 +45,7 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "blocking": _one(blocking_scenario),
     "consumer-1k": partial(consumer_scenarios, size=1000, batches=(32,)),
     "failures": partial(failure_scenarios, rows=((1, 32), (10, 32), (100, 32), (1, 1))),
+    "consumer-protocol": consumer_protocol_scenarios,
     "sendback": _one(send_back_scenario),
     "breaker": breaker_scenarios,
     "pull": pull_scenarios,

@@ -7,8 +7,15 @@ import argparse
 from typing import Any
 
 from adapter.cli.options import add_admin_args, admin_config, emit
+from adapter.core.offsets import ConsumeFromWhere
 
 __all__ = ["add_parser", "cmd_group", "reset_target"]
+
+_CONSUME_FROM = {
+    "last": ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+    "first": ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    "unknown": None,
+}
 
 
 def add_parser(sub: Any) -> None:
@@ -19,6 +26,14 @@ def add_parser(sub: Any) -> None:
         help="committed offset, end offset and lag per partition, members, DLQ size",
     )
     gp.add_argument("--group", required=True, help="the consumer group")
+    gp.add_argument(
+        "--consume-from",
+        choices=("last", "first", "unknown"),
+        default="last",
+        help="where the group starts on a partition it has no committed offset on (its "
+        "consume_from_where: last, the default, counts nothing; first counts from the log "
+        "start); its retry topic is always read from its start",
+    )
     add_admin_args(gp)
     gp.set_defaults(func=cmd_group)
     gr = gsub.add_parser(
@@ -48,7 +63,12 @@ def cmd_group(args: argparse.Namespace) -> int:
 
     config = admin_config(args)
     if args.action == "progress":
-        progress = group_progress(config, args.group, timeout_s=args.timeout)
+        progress = group_progress(
+            config,
+            args.group,
+            timeout_s=args.timeout,
+            consume_from_where=_CONSUME_FROM[args.consume_from],
+        )
         emit(args, progress.to_json(), progress.render())
         return 0
     target = reset_target(args)

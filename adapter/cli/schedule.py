@@ -63,6 +63,21 @@ def _service_args(s: argparse.ArgumentParser, action: str) -> None:
         help="the address the metrics endpoint binds (0.0.0.0 inside a container)",
     )
     s.add_argument("--trace-topic", help="emit a FORWARDED trace event per forward to this topic")
+    s.add_argument(
+        "--lag-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="serve this consumer group's backlog gauge (rmq_group_backlog) with the metrics "
+        "(repeatable; docs/autoscaling.md)",
+    )
+    s.add_argument(
+        "--lag-horizon",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="count a group's retries at the delay levels due within this (default: 60)",
+    )
     add_kafka_args(s)
 
 
@@ -94,6 +109,8 @@ def cmd_schedule_service(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
         trace_topic=args.trace_topic,
+        lag_groups=args.lag_group,
+        lag_horizon_s=args.lag_horizon,
         **({"group": args.group} if args.group else {}),
     )
 

@@ -67,6 +67,13 @@ def server_properties(
         "broker.heartbeat.interval.ms": "500",
         # consumers in tests may detect a dead member in seconds (broker default 6 s)
         "group.min.session.timeout.ms": "1000",
+        # ... under the consumer group protocol (KIP-848) too, where the session and the
+        # heartbeat are the group's, not the client's: the test timeouts the classic suites
+        # set on their clients (6 s, 0.5 s) are this broker's defaults (Kafka's: 45 s, 5 s)
+        "group.consumer.min.session.timeout.ms": "1000",
+        "group.consumer.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "500",
+        "group.consumer.heartbeat.interval.ms": "500",
         # share groups (KIP-932): a group's record lock may be as short as 1 s (broker
         # default minimum 15 s), so tests of lock expiry take seconds
         "group.share.min.record.lock.duration.ms": "1000",

@@ -274,3 +274,59 @@ def check_seconds(name: str, value: Any, *, positive: bool = True) -> float:
     if positive and value <= 0:
         raise ConfigError(name, value, "must be > 0")
     return float(value)
+
+
+#: The rebalance protocols of ``group.protocol``: ``classic`` (the group's leader assigns
+#: partitions; the adapter asks for ``cooperative-sticky``) and ``consumer`` (KIP-848: the
+#: broker assigns partitions, incrementally; Kafka >= 4.0).
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: Settings librdkafka refuses on a member of a ``group.protocol=consumer`` group, and why:
+#: the broker holds them for the whole group there.
+NOT_FOR_CONSUMER_PROTOCOL = {
+    "partition.assignment.strategy": (
+        "the broker assigns partitions under group.protocol=consumer; a member may ask for "
+        "one of the broker's assignors with group.remote.assignor (uniform, range)"
+    ),
+    "session.timeout.ms": (
+        "the session timeout is the group's under group.protocol=consumer: the broker's "
+        "group.consumer.session.timeout.ms, or the group config consumer.session.timeout.ms"
+    ),
+    "heartbeat.interval.ms": (
+        "the heartbeat interval is the group's under group.protocol=consumer: the broker's "
+        "group.consumer.heartbeat.interval.ms, or the group config consumer.heartbeat.interval.ms"
+    ),
+    "group.protocol.type": "group.protocol=consumer has one protocol type, set by the client",
+}
+
+
+def group_protocol(config: Mapping[str, Any]) -> str:
+    """The group protocol a consumer config asks for (``classic`` unless set)."""
+    value = config.get("group.protocol", "classic")
+    protocol = value.lower() if isinstance(value, str) else value
+    if protocol not in GROUP_PROTOCOLS:
+        raise ConfigError("group.protocol", value, f"must be one of {', '.join(GROUP_PROTOCOLS)}")
+    return str(protocol)
+
+
+def check_group_protocol(config: Mapping[str, Any]) -> str:
+    """The group protocol of a consumer config, checked: under ``consumer`` a setting the
+    new protocol refuses is an error naming it (before librdkafka's, which does not say
+    which key or why, and comes only at ``start()``)."""
+    protocol = group_protocol(config)
+    if protocol == "consumer":
+        for key, why in NOT_FOR_CONSUMER_PROTOCOL.items():
+            if key in config:
+                raise ConfigError(
+                    key, config[key], f"not allowed with group.protocol=consumer: {why}"
+                )
+    return protocol
+
+
+def set_rebalance_protocol(config: dict[str, Any]) -> str:
+    """Complete a group member's config for its rebalance protocol (checked as by
+    :func:`check_group_protocol`) and return it: under ``classic`` the cooperative-sticky
+    assignor unless the user chose one; under ``consumer`` nothing (the broker assigns)."""
+    protocol = check_group_protocol(config)
+    if protocol == "classic":
+        config.setdefault("partition.assignment.strategy", "cooperative-sticky")
+    return protocol

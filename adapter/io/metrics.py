@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 
 from adapter.core.stats import Histogram, ProducerStats
+from adapter.errors import AdapterError
 
 log = logging.getLogger("adapter.metrics")
 
@@ -47,7 +48,15 @@ def _histogram(
     return family
 
 
-__all__ = ["ConsumerCollector", "Exposition", "ProducerCollector", "ScheduleCollector", "expose"]
+__all__ = [
+    "BacklogCollector",
+    "Collectors",
+    "ConsumerCollector",
+    "Exposition",
+    "ProducerCollector",
+    "ScheduleCollector",
+    "expose",
+]
 
 
 class ConsumerCollector:
@@ -329,3 +338,62 @@ def expose(
     if registry is None and port is None:
         return None
     return Exposition(collector, registry=registry, port=port, addr=addr)
+
+
+class Collectors:
+    """Several collectors registered and served as one."""
+
+    def __init__(self, *collectors: _Collector) -> None:
+        self._collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+
+class BacklogCollector:
+    """The backlog gauge of consumer groups: what each group still has to do, for an
+    autoscaler (docs/autoscaling.md).  Per group, read when scraped: its lag on the topics
+    it subscribes and on its retry topic (``lags(group)``: both from the cluster, as
+    ``rmq-kafka group progress`` reads them), plus its retries waiting at the delay levels
+    that this ScheduleService holds and that are due within the horizon (``delayed()``:
+    group -> count).  A group whose lag cannot be read now has no sample (never a wrong
+    one); the failure is logged."""
+
+    def __init__(
+        self,
+        groups: Iterable[str],
+        lags: Callable[[str], tuple[int, int]],
+        delayed: Callable[[], dict[str, int]],
+    ) -> None:
+        self.groups = tuple(groups)
+        self._lags = lags
+        self._delayed = delayed
+
+    def collect(self) -> Iterator[Metric]:
+        total = GaugeMetricFamily(
+            "rmq_group_backlog",
+            "Messages a consumer group still has to handle: lag on its topics and its retry "
+            "topic, plus its retries at the delay levels due within the horizon",
+            labels=["group"],
+        )
+        parts = GaugeMetricFamily(
+            "rmq_group_backlog_part",
+            "The backlog gauge's parts: topics (lag on the subscribed topics), retry (lag on "
+            "the retry topic), delayed (retries at the delay levels due within the horizon, "
+            "held by this ScheduleService)",
+            labels=["group", "part"],
+        )
+        delayed = self._delayed()
+        for group in self.groups:
+            try:
+                topics, retry = self._lags(group)
+            except AdapterError as exc:  # a scrape reports what it can
+                log.warning("backlog of group %s not read: %s", group, exc)
+                continue
+            waiting = delayed.get(group, 0)
+            total.add_metric([group], topics + retry + waiting)
+            parts.add_metric([group, "topics"], topics)
+            parts.add_metric([group, "retry"], retry)
+            parts.add_metric([group, "delayed"], waiting)
+        yield from (total, parts)

@@ -78,7 +78,10 @@ def held_by_no_other_member(
 
 
 def is_cooperative(config: dict[str, Any]) -> bool:
-    """Whether a consumer config uses the cooperative (incremental) rebalance protocol."""
+    """Whether a consumer config rebalances incrementally: the cooperative assignor of the
+    classic protocol, or the consumer protocol (KIP-848), which is always incremental."""
+    if str(config.get("group.protocol", "classic")).lower() == "consumer":
+        return True
     return "cooperative" in str(config.get("partition.assignment.strategy", ""))
 
 

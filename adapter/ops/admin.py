@@ -29,6 +29,7 @@ from adapter.core.codec import logical_topic
 from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import parse_non_negative
+from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.types import TP
 from adapter.core.views import (
     DlqSize,
@@ -36,18 +37,16 @@ from adapter.core.views import (
     GroupProgress,
     LevelPartition,
     LevelStatus,
-    PartitionHealth,
     Record,
     ResetResult,
     ResetRow,
     ScheduleStatus,
-    build_progress,
     reset_offsets,
-    subscribed_topics,
 )
 from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
-from adapter.io.admin import AdminSession, Ends, head_records, record_of
+from adapter.io.admin import AdminSession, head_records, record_of
 from adapter.io.control import publish_reset, read_statuses
+from adapter.io.group_lag import known_ends, read_group_lag
 from adapter.ops.errors import (
     GroupLiveError,
     GroupNotFoundError,
@@ -59,9 +58,6 @@ from adapter.ops.progress import ProgressCallback
 
 log = logging.getLogger("adapter.ops")
 
-#: A partition whose lag is at most this is read once to see whether anything but
-#: transaction markers is left (exactly-once forwarding leaves a marker after the last record).
-_PROBE_LAG_MAX: Final = 64
 DEFAULT_MAX_RECORDS: Final = 1_000_000
 _SCAN_PREFIXES: Final = (KAFKA_SCHEDULE_PREFIX, KAFKA_RETRY_PREFIX, KAFKA_DLQ_PREFIX)
 
@@ -70,26 +66,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _readable(tps: list[TP], health: Mapping[TP, PartitionHealth]) -> list[TP]:
-    """The partitions whose offsets can be asked: not a leaderless one (a request for its
-    offsets would wait for a leader until it times out, or fail the whole request): its end
-    offset is reported unknown instead."""
-    return [tp for tp in tps if tp not in health or health[tp].readable]
-
-
-def _ends(
-    session: AdminSession, tps: list[TP], health: dict[TP, PartitionHealth], what: str
-) -> dict[TP, Ends]:
-    """The offsets of ``tps`` but the leaderless ones (unknown).  A partition the metadata
-    gave a leader that could not answer (down, not yet noticed by the cluster) is unknown
-    too, and its health is read again: by then it is usually reported leaderless."""
-    asked = _readable(tps, health)
-    ends = session.watermarks(asked, what, known_only=True)
-    missing = {tp for tp in asked if tp not in ends}
-    for topic in sorted({t for t, _ in missing}):
-        fresh = session.partition_health(topic, what) or {}
-        health.update(((t, p), fresh[p]) for t, p in missing if t == topic and p in fresh)
-    return ends
+_ends = known_ends
 
 
 def _group_state(session: AdminSession, group: str) -> tuple[GroupInfo, dict[TP, int]]:
@@ -104,42 +81,35 @@ def _group_state(session: AdminSession, group: str) -> tuple[GroupInfo, dict[TP,
 
 # --- group progress --------------------------------------------------------------------------
 def group_progress(
-    config: Mapping[str, Any], group: str, *, timeout_s: float = 30.0
+    config: Mapping[str, Any],
+    group: str,
+    *,
+    timeout_s: float = 30.0,
+    consume_from_where: ConsumeFromWhere | None = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
 ) -> GroupProgress:
     """Per partition of every topic ``group`` subscribes (from its committed offsets and its
     members' assignments) and of ``%RETRY%<group>``: committed offset, end offset, lag,
     owner and replication health (a leaderless partition's end offset and lag are unknown,
-    not waited for); the group's members; the size of ``%DLQ%<group>``."""
+    not waited for); the group's members; the size of ``%DLQ%<group>``.  A partition
+    without a committed offset counts from where the group starts there: the retry topic
+    from its beginning, the others by ``consume_from_where`` (``None``: unknown)."""
     naming.check_group(group)
-    retry_kafka = naming.to_kafka(naming.retry_topic(group))
     dlq_kafka = naming.to_kafka(naming.dlq_topic(group))
     session = AdminSession(config, timeout_s=timeout_s, what="group progress")
-    info, committed = _group_state(session, group)
     what = f"group progress of {group!r}"
-    partitions: dict[str, list[int] | None] = {}
-    health: dict[TP, PartitionHealth] = {}
-    for topic in subscribed_topics(info, committed, retry_kafka, dlq_kafka):
-        parts = session.partition_health(topic, what)
-        if parts is not None or topic != retry_kafka:
-            partitions[topic] = None if parts is None else sorted(parts)
-            health.update(((topic, p), h) for p, h in (parts or {}).items())
+    lag = read_group_lag(session, group, consume_from_where=consume_from_where, what=what)
+    if not lag.committed and not lag.info.members:
+        raise GroupNotFoundError(group)
     dlq_health = session.partition_health(dlq_kafka, what) or {}
     dlq_parts = sorted(dlq_health)
-    health.update(((dlq_kafka, p), h) for p, h in dlq_health.items())
-    tps = [(t, p) for t, ps in partitions.items() for p in ps or ()]
-    ends = _ends(session, [*tps, *((dlq_kafka, p) for p in dlq_parts)], health, what)
-    probe = {
-        tp: (committed[tp], ends[tp].end)
-        for tp in tps
-        if tp in committed
-        and tp in ends
-        and ends[tp].start <= committed[tp] < ends[tp].end <= committed[tp] + _PROBE_LAG_MAX
-    }
-    heads = {
-        tp: (None if rec is None else rec.offset)
-        for tp, rec in head_records(session, probe, what).items()
-    }
-    dlq_ends = [ends[(dlq_kafka, p)] for p in dlq_parts if (dlq_kafka, p) in ends]
+    dlq_tps = [(dlq_kafka, p) for p in dlq_parts]
+    ends = _ends(
+        session,
+        dlq_tps,
+        dlq_health_by_tp := {(dlq_kafka, p): h for p, h in dlq_health.items()},
+        what,
+    )
+    dlq_ends = [ends[tp] for tp in dlq_tps if tp in ends]
     dlq = DlqSize(
         topic=naming.dlq_topic(group),
         kafka_topic=dlq_kafka,
@@ -147,19 +117,12 @@ def group_progress(
         size=sum(e.end - e.start for e in dlq_ends),
         partitions=len(dlq_parts),
         unhealthy=tuple(
-            (p, health[(dlq_kafka, p)]) for p in dlq_parts if not health[(dlq_kafka, p)].ok
+            (p, dlq_health_by_tp[(dlq_kafka, p)])
+            for p in dlq_parts
+            if not dlq_health_by_tp[(dlq_kafka, p)].ok
         ),
     )
-    return build_progress(
-        info,
-        committed,
-        partitions,
-        {tp: (e.start, e.end) for tp, e in ends.items()},
-        heads,
-        dlq,
-        health=health,
-        circuits=_circuits(session, info, what),
-    )
+    return lag.progress(dlq, _circuits(session, lag.info, what))
 
 
 def _circuits(session: AdminSession, info: GroupInfo, what: str) -> dict[str, MemberCircuit]:

@@ -64,9 +64,9 @@ def cluster_topics(kafka_cluster: EmbeddedKafka) -> Iterator[Any]:
 
 
 def _run(
-    cluster: EmbeddedKafka, topics: Any, delivery: DeliveryGuarantee, bounce: Any
+    cluster: EmbeddedKafka, topics: Any, delivery: DeliveryGuarantee, bounce: Any, protocol: str
 ) -> tuple[Workload, Report]:
-    work = Workload(cluster.bootstrap_servers, topics, delivery=delivery)
+    work = Workload(cluster.bootstrap_servers, topics, delivery=delivery, protocol=protocol)
     try:
         work.start()
         time.sleep(WARMUP_S)  # traffic, retries and forwards under way before the bounce
@@ -79,7 +79,7 @@ def _run(
         report = work.verify(took)
     finally:
         work.close()
-    print(f"\nBOUNCE {delivery.value}: {report.summary()}")
+    print(f"\nBOUNCE {delivery.value} ({protocol}): {report.summary()}")
     return work, report
 
 
@@ -126,24 +126,34 @@ def _leader_kills(cluster: EmbeddedKafka, *, only_first: bool = False) -> Any:
 
 
 @pytest.mark.timeout(600)
-def test_user_partition_leader_killed(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
+def test_user_partition_leader_killed(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, group_protocol: str
+) -> None:
     """The default suite's scenario: one leader kill -9 and restart, exactly-once."""
     bounce = _leader_kills(kafka_cluster, only_first=True)
-    work, report = _run(kafka_cluster, cluster_topics, EOS, bounce)
+    work, report = _run(kafka_cluster, cluster_topics, EOS, bounce, group_protocol)
     _assert_nothing_lost(work, report)
 
 
 @pytest.mark.cluster_tier
 @pytest.mark.timeout(600)
-def test_leader_kills(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
-    work, report = _run(kafka_cluster, cluster_topics, EOS, _leader_kills(kafka_cluster))
+def test_leader_kills(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, group_protocol: str
+) -> None:
+    work, report = _run(
+        kafka_cluster, cluster_topics, EOS, _leader_kills(kafka_cluster), group_protocol
+    )
     _assert_nothing_lost(work, report)
 
 
 @pytest.mark.cluster_tier
 @pytest.mark.timeout(600)
-def test_leader_kills_at_least_once(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
-    work, report = _run(kafka_cluster, cluster_topics, ALO, _leader_kills(kafka_cluster))
+def test_leader_kills_at_least_once(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, group_protocol: str
+) -> None:
+    work, report = _run(
+        kafka_cluster, cluster_topics, ALO, _leader_kills(kafka_cluster), group_protocol
+    )
     _assert_nothing_lost(work, report)
 
 
@@ -151,7 +161,10 @@ def test_leader_kills_at_least_once(kafka_cluster: EmbeddedKafka, cluster_topics
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("delivery", [EOS, ALO], ids=["exactly_once", "at_least_once"])
 def test_rolling_restart(
-    kafka_cluster: EmbeddedKafka, cluster_topics: Any, delivery: DeliveryGuarantee
+    kafka_cluster: EmbeddedKafka,
+    cluster_topics: Any,
+    delivery: DeliveryGuarantee,
+    group_protocol: str,
 ) -> None:
     def bounce(work: Workload) -> None:
         for node in kafka_cluster.nodes:  # as an operator does: one at a time, controlled
@@ -159,7 +172,7 @@ def test_rolling_restart(
             node.start()
             kafka_cluster.wait_in_sync()
 
-    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce)
+    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce, group_protocol)
     _assert_nothing_lost(work, report)
 
 
@@ -167,7 +180,10 @@ def test_rolling_restart(
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("delivery", [EOS, ALO], ids=["exactly_once", "at_least_once"])
 def test_frozen_broker(
-    kafka_cluster: EmbeddedKafka, cluster_topics: Any, delivery: DeliveryGuarantee
+    kafka_cluster: EmbeddedKafka,
+    cluster_topics: Any,
+    delivery: DeliveryGuarantee,
+    group_protocol: str,
 ) -> None:
     def bounce(work: Workload) -> None:
         node = kafka_cluster.node(kafka_cluster.leader_of(work.topic, 0))
@@ -176,13 +192,15 @@ def test_frozen_broker(
         node.resume()
         kafka_cluster.wait_in_sync()
 
-    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce)
+    work, report = _run(kafka_cluster, cluster_topics, delivery, bounce, group_protocol)
     _assert_nothing_lost(work, report)
 
 
 @pytest.mark.cluster_tier
 @pytest.mark.timeout(600)
-def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_topics: Any) -> None:
+def test_transaction_coordinator_killed(
+    kafka_cluster: EmbeddedKafka, cluster_topics: Any, group_protocol: str
+) -> None:
     resumed: list[float] = []
     raw_resumed: list[float | None] = []
     raw_errors: list[str] = []
@@ -220,7 +238,7 @@ def test_transaction_coordinator_killed(kafka_cluster: EmbeddedKafka, cluster_to
         node.start()
         kafka_cluster.wait_in_sync()
 
-    work, report = _run(kafka_cluster, cluster_topics, EOS, bounce)
+    work, report = _run(kafka_cluster, cluster_topics, EOS, bounce, group_protocol)
     raw_s = raw_resumed[0]
     print(
         f"BOUNCE exactly-once forwarding resumed {resumed[0]:.1f} s after its coordinator died;"

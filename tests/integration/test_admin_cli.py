@@ -326,6 +326,37 @@ def test_group_progress_lag_skips_a_trailing_transaction_marker(
     assert (row["committed"], row["end"], row["lag"]) == (3, 4, 0)
 
 
+def test_group_progress_counts_a_redriven_message_on_a_retry_topic_never_committed(
+    bootstrap: str, kafka_topic_factory: TopicFactory, kafka_group_id: str
+) -> None:
+    """A group that read its topic but never its retry topic (nothing had failed) gets a
+    message redriven there: the retry topic has no committed offset, and the group reads it
+    from its start, so the message is owed (it printed ``-`` and ``total lag 0``).  Its
+    other topics start by ``--consume-from``: ``last`` (the default) owes nothing of a
+    partition without a committed offset, ``first`` its whole log."""
+    group = kafka_group_id
+    conf = {"bootstrap.servers": bootstrap}
+    topic = kafka_topic_factory("redriven", partitions=2)
+    ensure_topics(conf, plan_topics(groups=[group], partitions=1, include_schedule=False))
+    dlq = naming.to_kafka(naming.dlq_topic(group))
+    produce(bootstrap, [(topic, 0, {}, None)] * 4 + [(topic, 1, {}, None)] * 3)
+    commit(bootstrap, group, {(topic, 0): 4})  # partition 1: no committed offset
+    produce(bootstrap, [(dlq, 0, {"UNIQ_KEY": "d0", "DLQ_ORIGIN_TOPIC": topic}, None)])
+    assert redrive(conf, group, read_dlq(conf, group)).sent == 1
+
+    out = cli("group", "progress", "--group", group, "-b", bootstrap, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rows = {(r["topic"], r["partition"]): r for r in data["partitions"]}
+    retry_row = rows[(f"%RETRY%{group}", 0)]
+    assert (retry_row["committed"], retry_row["lag"]) == (None, 1)
+    assert rows[(topic, 1)]["lag"] == 0  # consume_from_where last: starts at the end
+    assert data["lag"] == 1
+    out = cli("group", "progress", "--group", group, "-b", bootstrap, "--consume-from", "first")
+    assert out.returncode == 0, out.stderr
+    assert "total lag 4" in out.stdout  # the whole of partition 1, and the redriven message
+
+
 # --- reset-offset ----------------------------------------------------------------------------
 def test_reset_offset_on_an_empty_group_to_a_time_earliest_and_latest(
     bootstrap: str, kafka_topic_factory: TopicFactory, kafka_group_id: str

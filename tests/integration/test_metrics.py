@@ -3,6 +3,7 @@ was sent (docs/semantics.md §4.11)."""
 
 from __future__ import annotations
 
+import threading
 import urllib.request
 import uuid
 from typing import Any
@@ -149,3 +150,71 @@ def test_metrics_go_into_an_application_registry_and_every_family_is_there_from_
     ):
         assert f"# TYPE {family.removesuffix('_total')}" in text, family
     assert "rmq_consumer" not in generate_latest(registry).decode()  # unregistered on shutdown
+
+
+def test_the_group_backlog_gauge_rises_with_a_backlog_and_retries_and_falls_to_zero(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """One scrape of the ScheduleService covers a group: while its listener is held the
+    gauge counts the messages sent to its topic (lag), then, every message failing once,
+    its retries waiting at a delay level (due within the horizon) and on its retry topic,
+    and it ends at 0 once everything succeeded."""
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    topic = kafka_topic_factory("backlog", partitions=2)
+    ns = f"m{uuid.uuid4().hex[:10]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    levels = "1s 2s 3s 4s"  # a first retry waits at level 3: 3 s, long enough to be seen
+    gate = threading.Event()
+
+    def decide(msgs: list[Any], ctx: Any) -> Any:
+        gate.wait(60)
+        return LATER if msgs[0].reconsume_times == 0 else OK
+
+    listener = RecordingListener(decide)
+    consumer = PushConsumer(
+        {**conf, "group.id": group, "auto.offset.reset": "earliest"},
+        delay_levels=levels,
+        namespace=ns,
+        partitions=1,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    service = ScheduleService(
+        conf,
+        delay_levels=levels,
+        namespace=ns,
+        partitions=1,
+        metrics_port=0,
+        lag_groups=[group],
+        lag_horizon_s=30,
+        lag_consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    n = 20
+    seen: list[tuple[float, float, float, float]] = []  # total, topics, retry, delayed
+
+    def read() -> tuple[float, float, float, float]:
+        url = service.metrics_endpoint
+        assert url is not None
+        found = scrape(url)
+        parts = tuple(
+            value(found, "rmq_group_backlog_part", group=group, part=p)
+            for p in ("topics", "retry", "delayed")
+        )
+        sample = (value(found, "rmq_group_backlog", group=group), *parts)
+        assert sample[0] == sum(parts), sample
+        seen.append(sample)
+        return sample
+
+    with service, consumer, Producer(conf) as producer:
+        assert read()[0] == 0  # nothing to do yet
+        for i in range(n):
+            producer.send(Message(topic=topic, body=b"b-%d" % i))
+        # the listener is held: the group's lag on its topic is the backlog
+        wait_until(lambda: read()[1] == n, 30, f"a backlog of {n} on the topic")
+        gate.set()  # every message fails once: its retry waits at level 3, then comes back
+        wait_until(lambda: read()[3] > 0, 30, "retries waiting at a delay level")
+        wait_until(lambda: len(listener) >= 2 * n and read()[0] == 0, 60, "the gauge at 0")
+    assert max(s[1] for s in seen) == n
+    assert max(s[3] for s in seen) > 0
+    assert seen[-1] == (0, 0, 0, 0)
+    print(f"backlog readings (total, topics, retry, delayed): {seen}")

@@ -34,6 +34,7 @@ from tests.support.consumer_helpers import (
     wait_until,
 )
 from tests.support.consumer_procs import ConsumerProcess, Record, mark_killed, overlaps, read_log
+from tests.support.group_protocol import member_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -698,7 +699,7 @@ def _order_problems(records: list[Record], per_key: int) -> list[str]:
 
 
 def test_rebalance_storm_keeps_every_key_in_order_with_one_owner_at_a_time(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any, tmp_path: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, tmp_path: Any, group_protocol: str
 ) -> None:
     """Orderly consumer processes join, leave (SIGTERM) and crash (SIGKILL) while keyed
     sequences are produced in waves and one message in eight is suspended on its first
@@ -726,11 +727,8 @@ def test_rebalance_storm_keeps_every_key_in_order_with_one_owner_at_a_time(
             "suspend_current_queue_time_millis": 100,
             "shutdown_await": 20,
         },
-        "config": {
-            "session.timeout.ms": 6000,  # a crashed member leaves the group in seconds
-            "heartbeat.interval.ms": 500,
-            "auto.commit.interval.ms": 200,
-        },
+        # a crashed member leaves the group in seconds, under either group protocol
+        "config": {**member_config(group_protocol), "auto.commit.interval.ms": 200},
     }
     procs: dict[str, ConsumerProcess] = {}
     events: list[str] = []

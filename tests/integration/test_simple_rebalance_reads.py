@@ -39,9 +39,13 @@ class _Acked:
             return self._ids.issuperset(ids)
 
 
-def _consumer(bootstrap: str, topic: str, group: str) -> SimpleConsumer:
+def _consumer(bootstrap: str, topic: str, group: str, protocol: str) -> SimpleConsumer:
     return SimpleConsumer(
-        {"bootstrap.servers": bootstrap}, group, {topic: "*"}, partitions=1, await_duration=0.5
+        {"bootstrap.servers": bootstrap, "group.protocol": protocol},
+        group,
+        {topic: "*"},
+        partitions=1,
+        await_duration=0.5,
     )
 
 
@@ -50,7 +54,7 @@ def _owns(sc: SimpleConsumer, topic: str) -> bool:
 
 
 def test_rebalances_while_receiving_a_backlog_lose_nothing(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, group_protocol: str
 ) -> None:
     topic = kafka_topic_factory("scr", partitions=4)
     group = new_group()
@@ -72,7 +76,7 @@ def test_rebalances_while_receiving_a_backlog_lose_nothing(
                     acked.add(view.body.decode())
             stop.wait(PACE_S)
 
-    a = _consumer(kafka_bootstrap_servers, topic, group)
+    a = _consumer(kafka_bootstrap_servers, topic, group, group_protocol)
     with a:
         wait_until(lambda: _owns(a, topic), what="a assigned")
         produce(kafka_bootstrap_servers, topic, ids)  # read from where a started
@@ -80,7 +84,7 @@ def test_rebalances_while_receiving_a_backlog_lose_nothing(
         receiver.start()
         try:
             for _ in range(2):
-                b = _consumer(kafka_bootstrap_servers, topic, group)
+                b = _consumer(kafka_bootstrap_servers, topic, group, group_protocol)
                 with b:  # joins: a gives partitions up while it reads; then b leaves again
                     wait_until(lambda: _owns(b, topic), what="b assigned")  # noqa: B023
                     taken = 0  # until it has its share, or none is left for it

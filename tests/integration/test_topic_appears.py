@@ -33,10 +33,10 @@ pytestmark = pytest.mark.integration
     ids=["default_refresh", "librdkafka_refresh_does_not_come"],
 )
 def test_a_topic_created_after_subscribe_is_consumed_within_seconds(
-    kafka_bootstrap_servers: str, refresh: int | None
+    kafka_bootstrap_servers: str, refresh: int | None, group_protocol: str
 ) -> None:
     conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap_servers}
-    cconf = dict(conf)
+    cconf = {**conf, "group.protocol": group_protocol}
     if refresh is not None:
         cconf["topic.metadata.refresh.interval.ms"] = refresh
     topic = f"appears-{uuid.uuid4().hex}"
@@ -67,7 +67,7 @@ def test_a_topic_created_after_subscribe_is_consumed_within_seconds(
 
 
 def test_the_drop_in_picks_up_a_topic_created_after_subscribe(
-    kafka_bootstrap_servers: str,
+    kafka_bootstrap_servers: str, group_protocol: str
 ) -> None:
     """The drop-in keeps librdkafka's own refresh interval (5 minutes): its check alone
     brings the topic in."""
@@ -76,7 +76,12 @@ def test_the_drop_in_picks_up_a_topic_created_after_subscribe(
     conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap_servers}
     topic = f"appears-{uuid.uuid4().hex}"
     consumer = Consumer(
-        {**conf, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"},
+        {
+            **conf,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "group.protocol": group_protocol,
+        },
         delay_levels="1s 2s",
         namespace=f"ap{uuid.uuid4().hex[:10]}",
     )
@@ -104,13 +109,16 @@ def test_the_drop_in_picks_up_a_topic_created_after_subscribe(
 
 
 def test_only_unsubscribe_then_subscribe_makes_a_cooperative_member_rejoin(
-    kafka_bootstrap_servers: str, kafka_topic: str, kafka_group_id: str
+    kafka_bootstrap_servers: str, kafka_topic: str, kafka_group_id: str, group_protocol: str
 ) -> None:
     """What the member's repair (``GroupConsumer._rejoin``) relies on, on the real broker:
     librdkafka treats ``subscribe()`` with the topics already subscribed as no change (no
     rebalance, so a member stuck without one of them stays stuck), while ``unsubscribe()``
-    then ``subscribe()`` revokes the partitions and assigns them again."""
+    then ``subscribe()`` revokes the partitions and assigns them again; under either group
+    protocol (both incremental: the adapter's settings of each)."""
     from confluent_kafka import Consumer
+
+    from adapter.io.config import set_rebalance_protocol
 
     events: list[str] = []
 
@@ -130,17 +138,21 @@ def test_only_unsubscribe_then_subscribe_makes_a_cooperative_member_rejoin(
         while not condition() and time.monotonic() < deadline:
             consumer.poll(0.1)
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap_servers,
-            "group.id": kafka_group_id,
-            "partition.assignment.strategy": "cooperative-sticky",
-        }
-    )
+    conf: dict[str, Any] = {
+        "bootstrap.servers": kafka_bootstrap_servers,
+        "group.id": kafka_group_id,
+        "group.protocol": group_protocol,
+    }
+    set_rebalance_protocol(conf)  # classic: cooperative-sticky
+    consumer = Consumer(conf)
     try:
         subscribe()
         poll_until(lambda: any(e.startswith("assign 1") for e in events), 30)
         assert [e for e in events if e != "assign 0"] == ["assign 1"]
+        # the broker serves the protocol asked for (Kafka 4.x: both by default)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+        desc = admin.describe_consumer_groups([kafka_group_id])[kafka_group_id].result(30)
+        assert desc.type.name == group_protocol.upper()
         events.clear()
         subscribe()  # the same topics: nothing happens
         poll_until(lambda: False, 5)

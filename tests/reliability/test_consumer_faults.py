@@ -47,6 +47,7 @@ from tests.support.consumer_helpers import (
     wait_until,
 )
 from tests.support.consumer_procs import fails_first, is_poison
+from tests.support.group_protocol import member_config
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -145,6 +146,7 @@ def make_consumer(
     listener: Callable[[list[Any], Any], Any],
     *,
     config: Mapping[str, Any] | None = None,
+    protocol: str = "classic",
     **options: Any,
 ) -> PushConsumer:
     options.setdefault("delay_levels", LEVELS)
@@ -155,8 +157,7 @@ def make_consumer(
             "group.id": group,
             "auto.offset.reset": "earliest",
             # a member that left/died is noticed in seconds, not 45 s
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
+            **member_config(protocol),
             "auto.commit.interval.ms": 200,
             **(config or {}),
         },
@@ -609,6 +610,7 @@ def _run_rebalance_scenario(
     batch_size: int = 4,
     per_message_s: float = 0.004,
     done: Callable[[], bool],
+    protocol: str,
 ) -> dict[str, Any]:
     """Two consumers, a third joins mid-stream, the first leaves mid-stream; returns figures
     the callers check.  Flow control is tight (pull_threshold_for_queue 16) so partitions
@@ -629,6 +631,7 @@ def _run_rebalance_scenario(
             consume_thread_max=2,
             pull_threshold_for_queue=16,
             max_reconsume_times=max_reconsume_times,
+            protocol=protocol,
         )
 
     c1, c2, c3 = consumer("c1"), consumer("c2"), consumer("c3")
@@ -677,7 +680,10 @@ def _run_rebalance_scenario(
 
 
 def test_rebalance_join_and_leave_while_messages_fail_and_retry(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any, caplog: pytest.LogCaptureFixture
+    kafka_bootstrap_servers: str,
+    kafka_topic_factory: Any,
+    caplog: pytest.LogCaptureFixture,
+    group_protocol: str,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="adapter.consumer")  # to count flow-control pauses
     bs = kafka_bootstrap_servers
@@ -697,6 +703,7 @@ def test_rebalance_join_and_leave_while_messages_fail_and_retry(
         fail_mod=fail_mod,
         per_message_s=0.02,  # a few seconds of work: the members join and leave mid-stream
         done=lambda: journal.ok_ids() >= set(ids),
+        protocol=group_protocol,
     )
     deliveries = journal.snapshot()
     oks = Counter(d.id for d in deliveries if d.outcome == "ok" and not d.id.startswith("probe"))
@@ -718,12 +725,15 @@ def test_rebalance_join_and_leave_while_messages_fail_and_retry(
     assert pauses >= 1
     # at-least-once: a rebalance may repeat what was in flight on a moved partition; report
     dups = sum(n - 1 for n in oks.values())
-    print(f"rebalance: {dups} repeated successes of {len(ids)}, {pauses} flow-control pauses")
+    print(
+        f"rebalance ({group_protocol}): {dups} repeated successes of {len(ids)}, "
+        f"{pauses} flow-control pauses"
+    )
     assert dups <= len(ids) // 4, dups
 
 
 def test_poison_messages_under_rebalance_reach_the_dlq(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, group_protocol: str
 ) -> None:
     bs = kafka_bootstrap_servers
     topic = kafka_topic_factory("poison", partitions=6)
@@ -755,6 +765,7 @@ def test_poison_messages_under_rebalance_reach_the_dlq(
         # one too, and those reach the DLQ with it when that happens on the last retry
         batch_size=1,
         done=done,
+        protocol=group_protocol,
     )
     dead = dlq_ids(bs, group)
     copies = Counter(e.message.body.decode() for e in dead)

@@ -49,6 +49,7 @@ from tests.support.consumer_procs import (
     overlaps,
     read_log,
 )
+from tests.support.group_protocol import member_config
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -70,7 +71,7 @@ def _ok_id(prefix: str) -> str:
 
 
 def test_rebalance_storm_loses_nothing_keeps_one_owner_and_leaves_nothing_paused(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any, tmp_path: Path
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, tmp_path: Path, group_protocol: str
 ) -> None:
     bs = kafka_bootstrap_servers
     topic = kafka_topic_factory("storm", partitions=PARTITIONS)
@@ -97,11 +98,8 @@ def test_rebalance_storm_loses_nothing_keeps_one_owner_and_leaves_nothing_paused
             "pull_threshold_for_queue": 16,  # flow control pauses partitions as they move
             "partitions": RETRY_PARTITIONS,
         },
-        "config": {
-            "session.timeout.ms": 6000,  # a crashed member leaves the group in seconds
-            "heartbeat.interval.ms": 500,
-            "auto.commit.interval.ms": 200,
-        },
+        # a crashed member leaves the group in seconds, under either group protocol
+        "config": {**member_config(group_protocol), "auto.commit.interval.ms": 200},
     }
     procs: dict[str, ConsumerProcess] = {}
     events: list[str] = []
@@ -211,5 +209,8 @@ def test_rebalance_storm_loses_nothing_keeps_one_owner_and_leaves_nothing_paused
                 seq.append(r.pid)
     moves = sum(len(seq) - 1 for seq in owners.values())
     repeats = sum(len(rs) - 1 for rs in oks.values())
-    print(f"storm: {events}; {moves} ownership changes, {repeats} repeated successes")
+    print(
+        f"storm ({group_protocol}): {events}; {moves} ownership changes, "
+        f"{repeats} repeated successes"
+    )
     assert moves >= PARTITIONS, owners

@@ -117,8 +117,11 @@ class Workload:
         *,
         delivery: DeliveryGuarantee,
         rate: int = 150,
+        protocol: str = "classic",
     ) -> None:
         self.conf: dict[str, Any] = {"bootstrap.servers": bootstrap}
+        #: every group member's (the consumers' and the ScheduleService's) group protocol
+        self.member: dict[str, Any] = {**self.conf, "group.protocol": protocol}
         self.delivery = delivery
         self.rate = rate
         self.tag = uuid.uuid4().hex[:8]
@@ -176,7 +179,7 @@ class Workload:
     def start(self) -> Workload:
         opts: dict[str, Any] = {"delay_levels": LEVELS, "namespace": self.ns}
         svc = ScheduleService(
-            {**self.conf},
+            {**self.member},
             partitions=PARTITIONS,
             delivery=self.delivery,
             transactional_id=(
@@ -187,7 +190,7 @@ class Workload:
         self.service = svc
         self._closers.append(lambda: svc.shutdown(30))
         push = PushConsumer(
-            {**self.conf, "group.id": self.group, "auto.offset.reset": "earliest"},
+            {**self.member, "group.id": self.group, "auto.offset.reset": "earliest"},
             partitions=PARTITIONS,
             **opts,
         )
@@ -197,7 +200,7 @@ class Workload:
         self.push = push
         self._closers.append(lambda: push.shutdown(30))
         orderly = PushConsumer(
-            {**self.conf, "group.id": self.orderly_group, "auto.offset.reset": "earliest"},
+            {**self.member, "group.id": self.orderly_group, "auto.offset.reset": "earliest"},
             partitions=PARTITIONS,
             **opts,
         )
@@ -207,7 +210,7 @@ class Workload:
         self.orderly = orderly
         self._closers.append(lambda: orderly.shutdown(30))
         simple = SimpleConsumer(
-            {**self.conf, "auto.offset.reset": "earliest"},
+            {**self.member, "auto.offset.reset": "earliest"},
             self.simple_group,
             await_duration=1,
             partitions=PARTITIONS,

@@ -8,6 +8,7 @@ import io
 import pytest
 
 from adapter.core.control import ResetTarget
+from adapter.core.offsets import StartAt
 from adapter.core.timespec import InvalidTimeError, format_time, parse_since, parse_time
 from adapter.core.views import (
     DlqSize,
@@ -45,6 +46,13 @@ NOW = 1_795_448_570_000  # 2026-11-23T15:42:50Z
         (17, 0, 20, {"head": 18}, 2),  # a marker / aborted record in front of the next one
         (17, 0, 20, {"head": 12}, 3),  # a head behind the commit changes nothing
         (25, 0, 20, {}, 0),  # never negative
+        # no committed offset: where the group starts there (a retry topic: its beginning)
+        (None, 4, 20, {"first": StartAt.BEGINNING}, 16),
+        (None, 4, 20, {"first": StartAt.BEGINNING, "head": 6}, 14),
+        (None, 4, 5, {"first": StartAt.BEGINNING, "drained": True}, 0),
+        (None, 4, 20, {"first": StartAt.END}, 0),
+        (None, 4, 20, {"first": StartAt.TIMESTAMP}, None),  # not known here
+        (None, 4, None, {"first": StartAt.BEGINNING}, None),
     ],
 )
 def test_compute_lag(

@@ -23,6 +23,7 @@ def test_registry_names_and_order_are_the_reported_ones() -> None:
         "blocking",
         "consumer-1k",
         "failures",
+        "consumer-protocol",
         "sendback",
         "breaker",
         "pull",

@@ -282,3 +282,18 @@ def test_an_exactly_once_commit_never_passes_an_entry_not_sent_in_a_committed_tr
             eng.rewind(TP, start, now, hold_ms=0)
             eng.tick(now)
             next_offset = start
+
+
+def test_due_within_counts_held_entries_per_real_topic_up_to_a_time() -> None:
+    """The backlog gauge's delayed part: entries held (waiting or in flight) for a real
+    topic, due by a time; other topics and later entries are left out."""
+    eng = ScheduleEngine(store_interval_ms=0)
+    eng.assigned(TP, 10_000)  # a 10 s level: an entry is due at most 10 s after it is seen
+    for offset, (due, real) in enumerate(
+        [(NOW + 1000, "%RETRY%g"), (NOW + 5000, "%RETRY%g"), (NOW + 1000, "orders")]
+    ):
+        eng.fetched(TP, offset, b"v", None, headers(due, real), NOW)
+    assert eng.due_within({"%RETRY%g", "%RETRY%h"}, NOW + 2000) == {"%RETRY%g": 1, "%RETRY%h": 0}
+    assert eng.due_within({"%RETRY%g"}, NOW + 5000) == {"%RETRY%g": 2}
+    assert len(eng.due(NOW + 1000)) == 1  # in flight now (offset order): still counted
+    assert eng.due_within({"%RETRY%g"}, NOW + 5000) == {"%RETRY%g": 2}

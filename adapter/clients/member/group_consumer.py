@@ -82,7 +82,12 @@ from adapter.core.routing import RetryLater
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
-from adapter.io.config import admin_config, require_setting
+from adapter.io.config import (
+    admin_config,
+    check_group_protocol,
+    require_setting,
+    set_rebalance_protocol,
+)
 from adapter.io.errors import FatalErrorWatch, client_error, make_client
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
@@ -264,8 +269,9 @@ class GroupConsumer:
             require_setting(
                 conf, "enable.auto.commit", True, "stored offsets commit in the background"
             )
-            conf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+            set_rebalance_protocol(conf)
         else:
+            check_group_protocol(conf)  # never subscribes: nothing to choose, but refused keys
             conf["enable.auto.commit"] = False
             conf.setdefault("group.id", f"{self.group}.broadcast")
         return conf

@@ -52,7 +52,7 @@ from adapter.core.routing import MessageModel
 from adapter.core.stats import TopicStats
 from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
-from adapter.io.config import build_options, check_kafka_config
+from adapter.io.config import build_options, check_group_protocol, check_kafka_config
 from adapter.io.control import ControlChannel, StatusPublisher
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
@@ -94,6 +94,7 @@ class PushConsumer:
     def __init__(self, config: Mapping[str, Any], **options: Unpack[PushConsumerOptions]) -> None:
         self.options = build_options(PushConsumerSettings, options, "PushConsumer")
         self._config = check_kafka_config(config, "consumer")
+        check_group_protocol(self._config)  # a refused setting fails here, not at start()
         group = self._config.get("group.id")
         if not isinstance(group, str) or not group:
             raise ConfigError("group.id", group, "a consumer group is required")

@@ -73,7 +73,7 @@ from adapter.errors import (
     UnackedLimitError,
 )
 from adapter.io.clock import SystemClock
-from adapter.io.config import build_options
+from adapter.io.config import build_options, check_group_protocol
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
 from adapter.io.signals import TerminateAsInterrupt
@@ -362,6 +362,7 @@ class SimpleConsumer:
         del backend  # chosen in __new__
         self.options = build_options(SimpleOptions, options, "SimpleConsumer")
         conf, group = group_config(config, consumer_group)
+        check_group_protocol(conf)  # a refused setting fails here, not at startup()
         self._config = conf
         self.consumer_group = group
         self.name = f"simple consumer {group}"

@@ -25,7 +25,7 @@ Events: ``assigned``/``revoked``, ``fetched``, ``due``, ``settled``, ``failed``,
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -333,6 +333,18 @@ class ScheduleEngine:
             except IndexError:
                 head = None
             out[tp] = (len(buffer), head)
+        return out
+
+    def due_within(self, real_topics: Set[str], before_ms: int) -> dict[str, int]:
+        """Per real (logical) topic of ``real_topics``: the entries held for it (buffered or
+        in flight) due at or before ``before_ms`` (any thread may ask: a snapshot)."""
+        out = dict.fromkeys(real_topics, 0)
+        for part in list(self._parts.values()):
+            for entry in [*list(part.buffer), *list(part.inflight.values())]:
+                info = entry.info
+                topic = info.real_topic
+                if topic in out and info.due_ms <= before_ms:
+                    out[topic] += 1
         return out
 
     def held(self) -> list[TP]:

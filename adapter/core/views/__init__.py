@@ -26,6 +26,7 @@ from adapter.core.views.progress import (
     PartitionProgress,
     build_progress,
     compute_lag,
+    start_rule,
     subscribed_topics,
 )
 from adapter.core.views.resets import ResetResult, ResetRow, reset_offsets
@@ -56,5 +57,6 @@ __all__ = [
     "health_notes",
     "partition_status",
     "reset_offsets",
+    "start_rule",
     "subscribed_topics",
 ]

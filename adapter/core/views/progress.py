@@ -3,12 +3,13 @@ and the report in text and JSON."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.core.circuit_status import MemberCircuit
 from adapter.core.codec import logical_topic
+from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
 from adapter.core.types import TP
 from adapter.core.views.cluster import GroupInfo, Logical, Member, assignment_text, topic_order
 from adapter.core.views.health import PartitionHealth, health_json, health_marker, health_notes
@@ -22,17 +23,27 @@ def compute_lag(
     *,
     head: int | None = None,
     drained: bool = False,
+    first: StartAt | None = None,
 ) -> int | None:
     """Records the group still has to read on a partition: ``end - committed``.
 
-    ``None`` when there is no committed offset (where the group starts depends on its
-    ``auto.offset.reset``).  A committed offset below the log start counts from the log
-    start (the records before it are gone).  ``head`` (the first record actually readable
-    at or after the committed offset) skips transaction markers in front of it;
-    ``drained`` says nothing readable is left (only markers): lag 0.
+    Without a committed offset the partition's start rule ``first`` says where the group
+    starts (:func:`adapter.core.offsets.first_start`): at the log start
+    (``BEGINNING``: the whole log is owed; a group's retry topic always), at the end
+    (``END``: nothing); unknown (``None``, or ``TIMESTAMP``) leaves the lag unknown.  A
+    committed offset below the log start counts from the log start (the records before it
+    are gone).  ``head`` (the first record actually readable at or after the position)
+    skips transaction markers in front of it; ``drained`` says nothing readable is left
+    (only markers): lag 0.
     """
-    if committed is None or end is None:
+    if end is None:
         return None
+    if committed is None:
+        if first is StartAt.END:
+            return 0
+        if first is not StartAt.BEGINNING or start is None:
+            return None
+        committed = start
     if drained:
         return 0
     position = committed if start is None or committed >= start else start
@@ -56,11 +67,18 @@ class PartitionProgress:
     drained: bool = False
     #: ``None`` when the topic has no metadata (it does not exist)
     health: PartitionHealth | None = None
+    #: where the group starts on it without a committed offset (``None``: unknown)
+    first: StartAt | None = None
 
     @property
     def lag(self) -> int | None:
         return compute_lag(
-            self.committed, self.start, self.end, head=self.head, drained=self.drained
+            self.committed,
+            self.start,
+            self.end,
+            head=self.head,
+            drained=self.drained,
+            first=self.first,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -117,6 +135,11 @@ class GroupProgress:
     def lag(self) -> int:
         """The sum of the known lags (a leaderless partition's is unknown)."""
         return sum(p.lag or 0 for p in self.partitions)
+
+    def lag_of(self, kafka_topics: Iterable[str]) -> int:
+        """The sum of the known lags on ``kafka_topics``."""
+        wanted = set(kafka_topics)
+        return sum(p.lag or 0 for p in self.partitions if p.kafka_topic in wanted)
 
     def unhealthy(self) -> list[tuple[str, PartitionHealth]]:
         """``(topic[partition], health)`` of every listed or DLQ partition that is
@@ -196,6 +219,23 @@ def subscribed_topics(
     return sorted(topics, key=topic_order)
 
 
+def start_rule(
+    retry_kafka: str, consume_from_where: ConsumeFromWhere | None
+) -> Callable[[str], StartAt | None]:
+    """Where a group starts on a partition of a Kafka topic it has no committed offset on:
+    its retry topic from the beginning, always; its other topics by ``consume_from_where``
+    (``None``: not known, their lag unknown until the group commits)."""
+
+    def first(kafka_topic: str) -> StartAt | None:
+        if kafka_topic == retry_kafka:
+            return StartAt.BEGINNING
+        if consume_from_where is None:
+            return None
+        return first_start(consume_from_where, retry_topic=False)
+
+    return first
+
+
 def build_progress(  # noqa: PLR0917
     info: GroupInfo,
     committed: Mapping[TP, int],
@@ -207,6 +247,7 @@ def build_progress(  # noqa: PLR0917
     *,
     health: Mapping[TP, PartitionHealth] | None = None,
     circuits: Mapping[str, MemberCircuit] | None = None,
+    first: Callable[[str], StartAt | None] | None = None,
 ) -> GroupProgress:
     """Assemble a group's progress.  ``partitions``: Kafka topic → its partitions (``None``:
     the topic does not exist, then only its committed partitions are shown); ``ends``:
@@ -214,7 +255,8 @@ def build_progress(  # noqa: PLR0917
     partitions that were probed, the first readable offset at or after the committed one,
     ``None`` when there is none; ``health``: each partition's replication, from the
     metadata; ``circuits``: member id → its circuit breaker's state, for the live members
-    that publish one."""
+    that publish one; ``first``: a topic's start rule without a committed offset
+    (:func:`start_rule`; unknown when not given)."""
     health = health or {}
     rows: list[PartitionProgress] = []
     for topic, parts in partitions.items():
@@ -234,6 +276,7 @@ def build_progress(  # noqa: PLR0917
                     head=heads.get(tp),
                     drained=tp in heads and heads[tp] is None,
                     health=health.get(tp),
+                    first=None if first is None else first(topic),
                 )
             )
     rows.sort(key=lambda r: (*topic_order(r.kafka_topic, logical), r.partition))

@@ -4,6 +4,7 @@ stats."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypedDict
@@ -12,6 +13,7 @@ from adapter.constants import DEFAULT_SCHEDULE_SERVICE_GROUP
 from adapter.core import naming
 from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels
+from adapter.core.offsets import ConsumeFromWhere, consume_from_where_of
 from adapter.core.stats import Histogram, LatencySummary, Reservoir
 from adapter.core.trace import TraceSink
 from adapter.errors import ConfigError
@@ -63,6 +65,9 @@ class ScheduleServiceOptions(TypedDict, total=False):
     metrics_port: int | None
     metrics_registry: Any
     metrics_addr: str
+    lag_groups: Sequence[str]
+    lag_horizon_s: float
+    lag_consume_from_where: ConsumeFromWhere | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,13 @@ class ScheduleServiceSettings:
     metrics_registry: Any = None
     #: the address the metrics endpoint binds (``0.0.0.0`` inside a container)
     metrics_addr: str = "127.0.0.1"
+    #: consumer groups whose backlog gauge (``rmq_group_backlog``) the metrics serve
+    lag_groups: Sequence[str] = ()
+    #: their retries at the delay levels count when due within this many seconds
+    lag_horizon_s: float = 60.0
+    #: where those groups start on a partition without a committed offset (their retry
+    #: topic: from its start, always)
+    lag_consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay_levels", DelayLevels.coerce(self.delay_levels))
@@ -120,6 +132,17 @@ class ScheduleServiceSettings:
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
         check_port("metrics_port", self.metrics_port)
+        if isinstance(self.lag_groups, str) or not isinstance(self.lag_groups, Sequence):
+            raise ConfigError("lag_groups", self.lag_groups, "must be a list of group names")
+        for group in self.lag_groups:
+            naming.check_group(group, "lag_groups")
+        object.__setattr__(self, "lag_groups", tuple(self.lag_groups))
+        check_seconds("lag_horizon_s", self.lag_horizon_s)
+        object.__setattr__(
+            self,
+            "lag_consume_from_where",
+            consume_from_where_of(self.lag_consume_from_where, None),
+        )
 
     @property
     def levels(self) -> DelayLevels:

@@ -43,13 +43,20 @@ from adapter.core.stats import LATENCY_BUCKETS_S, Histogram
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.core.types import TP
 from adapter.errors import TopicNameError
-from adapter.io.config import build_options, check_kafka_config, require_setting
+from adapter.io.config import (
+    build_options,
+    check_group_protocol,
+    check_kafka_config,
+    require_setting,
+    set_rebalance_protocol,
+)
 from adapter.io.errors import FatalErrorWatch, error_text, is_unknown_topic, make_client, refusal_of
 from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
 from adapter.io.polling import release_assignment as release
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.services.schedule.backlog import GroupBacklog
 from adapter.services.schedule.delivery import (
     DELIVERIES,
     Copy,
@@ -97,6 +104,7 @@ class ScheduleService:
     ) -> None:
         self.options = build_options(ScheduleServiceSettings, options, "ScheduleService")
         self._config = check_kafka_config(config, "ScheduleService")
+        check_group_protocol(self._config)  # a refused setting fails here, not at start()
         self.group = self.options.group_id
         self.stats = ScheduleStats()
         self._errors = FatalErrorWatch(self._config.get("error_cb"))
@@ -112,6 +120,7 @@ class ScheduleService:
         self.error: BaseException | None = None
         self._metrics: Any = None
         self._signals = TerminateAsInterrupt()
+        self._backlog: GroupBacklog | None = None
 
     def _died(self, exc: BaseException) -> None:
         self.error = exc
@@ -146,13 +155,17 @@ class ScheduleService:
             opts.metrics_port is None and opts.metrics_registry is None
         ):
             return
-        from adapter.io.metrics import ScheduleCollector, expose  # on use
+        from adapter.io.metrics import Collectors, ScheduleCollector, expose  # on use
 
         handler = self._handler
+        collector: Any = ScheduleCollector(
+            self.group, self.stats, handler.engine, lambda t: handler._level(t)[0]
+        )
+        if opts.lag_groups:
+            self._backlog = GroupBacklog(self._config, opts, handler.engine)
+            collector = Collectors(collector, self._backlog.collector())
         self._metrics = expose(
-            ScheduleCollector(
-                self.group, self.stats, handler.engine, lambda t: handler._level(t)[0]
-            ),
+            collector,
             registry=opts.metrics_registry,
             port=opts.metrics_port,
             addr=opts.metrics_addr,
@@ -186,6 +199,9 @@ class ScheduleService:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._backlog is not None:
+            self._backlog.close()
+            self._backlog = None
 
     def check_alive(self) -> None:
         """Raise what stopped the service loop, or a fatal client error that stands now."""
@@ -265,7 +281,7 @@ class _ServiceLoop:
         cconf["group.id"] = svc.group
         cconf["error_cb"] = svc._errors
         cconf["auto.offset.reset"] = "earliest"  # out of range: never skip an entry
-        cconf.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        set_rebalance_protocol(cconf)
         # a resumed partition joins the next fetch request: keep the broker's long poll
         # short; and never sit out librdkafka's 1 s fetch back-off with entries due
         cconf.setdefault("fetch.wait.max.ms", 20)
