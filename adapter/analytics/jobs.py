@@ -34,7 +34,7 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from adapter.analytics import transforms
 from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError
-from adapter.analytics.report import render_chart, write_csv
+from adapter.analytics.report import dlq_title, render_chart, write_csv
 from adapter.analytics.session import kafka_options
 from adapter.analytics.windows import BatchProgress, Key, interval_ms, merge_batch, window_key
 from adapter.constants import KAFKA_DLQ_PREFIX, TRACE_TOPIC
@@ -587,8 +587,7 @@ def run_dlq_report(
     finally:
         entries.unpersist()
     csv_path = write_csv(rows, out / "dlq_summary.csv")
-    names = ", ".join(sorted(topics.values())) or "no DLQ topics"
-    png = render_chart(rows, out / "dlq_report.png", title=f"Dead letters ({names})")
+    png = render_chart(rows, out / "dlq_report.png", title=dlq_title(list(topics.values())))
     report = DlqReport(
         topics=topics,
         dead_letters=sum(int(r["dead_letters"]) for r in rows),

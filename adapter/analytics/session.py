@@ -88,6 +88,7 @@ def log_java_options(level: str) -> str:
     first line, before ``setLogLevel`` can run)."""
     return f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG} -Drmq.spark.logLevel={level}"
 
+
 _PLAIN_LOGIN: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_LOGIN: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
