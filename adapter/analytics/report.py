@@ -115,6 +115,7 @@ def build_chart(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
     """The chart's matplotlib ``Figure`` (drawn on an Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
 
     fig = Figure(figsize=(13, 9), dpi=100)
     FigureCanvasAgg(fig)
@@ -202,7 +203,7 @@ def build_chart(rows: Sequence[dict[str, Any]], *, title: str) -> Any:
         colLabels=["hour", "origin topic", "tags", "reason", "failure", "count", "top keys"],
         cellLoc="left",
         colWidths=[w / sum(_TABLE_WIDTHS) for w in _TABLE_WIDTHS],
-        bbox=(0.0, 0.0, 1.0, 1.0),  # the panel, whatever the number of rows
+        bbox=Bbox.from_bounds(0.0, 0.0, 1.0, 1.0),  # the panel, whatever the number of rows
     )
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
