@@ -34,9 +34,12 @@ passed as they are.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,6 +51,7 @@ __all__ = [
     "SPARK_DEFAULTS",
     "build_spark_session",
     "jaas_config",
+    "jvm_stderr_filter",
     "kafka_options",
     "log_java_options",
     "spark_log_level",
@@ -266,7 +270,11 @@ def build_spark_session(
         settings.pop("spark.driver.memory", None)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if verbose or _under_spark_submit() or SparkSession.getActiveSession() is not None:
+        session = builder.getOrCreate()
+    else:  # the driver JVM starts here: its stderr through a filter
+        with jvm_stderr_filter():
+            session = builder.getOrCreate()
     session.sparkContext.setLogLevel(level)
     if _under_spark_submit():
         given = " ".join(
@@ -278,6 +286,45 @@ def build_spark_session(
                 '--jars "$(python -m adapter.analytics.jars)" (the pinned, cached jars)'
             )
     return session
+
+
+#: Lines a driver JVM writes to stderr that say nothing a user can act on: Spark's launcher
+#: always adds ``--add-modules=jdk.incubator.vector`` and the JVM then warns, whatever the
+#: log configuration.
+JVM_NOISE: Final = ("WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+@contextlib.contextmanager
+def jvm_stderr_filter(noise: tuple[str, ...] = JVM_NOISE) -> Iterator[None]:
+    """While inside, a child process started (the driver JVM) gets a pipe as its stderr;
+    a daemon thread copies what it writes to this process's stderr, less the ``noise``
+    lines, for as long as the child lives.  This process's stderr is the same again on
+    leaving."""
+    try:
+        original = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError as exc:  # no stderr to filter (a detached process): nothing to do
+        log.debug("no stderr filter for the Spark driver: %s", exc)
+        yield
+        return
+
+    def copy() -> None:
+        with os.fdopen(read_end, "rb") as pipe, os.fdopen(original, "wb", 0) as out:
+            for line in pipe:
+                if line.decode("utf-8", "replace").rstrip("\r\n") not in noise:
+                    out.write(line)
+
+    threading.Thread(target=copy, name="spark-driver-stderr", daemon=True).start()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)  # the child keeps its own copy
 
 
 def _under_spark_submit() -> bool:
