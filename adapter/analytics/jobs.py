@@ -255,6 +255,21 @@ class MetricsTable:
             self.batches[batch_id] = progress
 
 
+def _check_table(spark: Any, output: str) -> None:
+    """Refuse an ``output`` that holds Parquet of another layout (the append-mode table
+    written before 2026-11-28: no ``batch_id``): the two do not mix."""
+    try:
+        columns = spark.read.parquet(output).columns
+    except AnalysisException:  # nothing there yet
+        return
+    if "batch_id" not in columns:
+        raise AnalyticsError(
+            f"--output {output!r} holds Parquet without batch_id (a metrics table written in "
+            "append mode, before 2026-11-28, or other files): give the stream a new --output "
+            "(read_metrics still reads the old table)"
+        )
+
+
 def _as_ms(table: Any) -> Any:
     """Table rows with the window bounds in epoch milliseconds (as the sink keeps them)."""
     return table.withColumn("window_start_ms", F.unix_millis("window_start")).withColumn(
@@ -287,6 +302,8 @@ def start_consume_metrics(
     """Start the streaming job's queries (one per sink); returns the StreamingQuery objects.
     The table sink (``parquet``) runs in update mode through a :class:`MetricsTable`."""
     delay_ms = interval_ms(opts.watermark, "watermark")
+    if "parquet" in opts.sinks:
+        _check_table(spark, str(opts.output))
     raw = trace_source(
         spark,
         config,

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from adapter.analytics import transforms
 from adapter.analytics.classes import archive_java_option
-from adapter.analytics.jars import SparkAuthenticationError, spark_jars
+from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError, spark_jars
 from adapter.analytics.jobs import (
     StreamJobOptions,
     read_metrics,
@@ -412,6 +412,18 @@ def test_restart_from_checkpoint_neither_loses_nor_double_counts(
     run_consume_metrics(spark, config, opts)
     assert windows() == {w1: (5, 5, 0, False), w2: (5, 2, 3, False), w4: (1, 0, 0, True)}
     assert final_rows() == [w1, w2]
+
+
+def test_a_table_of_the_old_layout_is_refused_by_name(spark: SparkSession, tmp_path: Path) -> None:
+    """Append-mode Parquet (no ``batch_id``) in ``--output``: a clear error before any query
+    starts; read_metrics still reads it, every row final."""
+    old = tmp_path / "old"
+    spark.createDataFrame([("g", 3)], "group string, consumed long").write.parquet(str(old))
+    opts = StreamJobOptions(output=str(old), trace_topic="t", available_now=True)
+    with pytest.raises(AnalyticsError, match="batch_id"):
+        run_consume_metrics(spark, {"bootstrap.servers": "127.0.0.1:1"}, opts)
+    assert [tuple(r) for r in read_metrics(spark, str(old)).collect()] == [("g", 3, False)]
+    assert spark.streams.active == []
 
 
 # --------------------------------------------------------------------------------------------

@@ -113,13 +113,14 @@ def _as_run(command: str, bootstrap: str, data: Path) -> list[str]:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(900)  # two Spark driver JVMs of their own: minutes on a busy machine
+@pytest.mark.timeout(1800)  # four Spark driver JVMs of their own: minutes on a busy machine
 def test_the_analytics_commands_run_as_written_and_count_the_traffic(
     kafka_bootstrap_servers: str, tmp_path: Path
 ) -> None:
     """After a traced PushConsumer handled 50 messages (5 dead-lettered), the README's
     ``analytics stream`` (a drain run) counts all 50 and ``analytics dlq-report`` finds the
-    5 dead letters; neither prints a Spark warning."""
+    5 dead letters; docs/analytics.md's command and Python block (a second drain run on the
+    same table, then its latest state) still count 50; none prints a Spark warning."""
     pytest.importorskip("pyspark")
     import json
 
@@ -204,3 +205,32 @@ def test_the_analytics_commands_run_as_written_and_count_the_traffic(
     assert {r["reason"] for r in rows} == {"LISTENER_REQUESTED"}
     assert (tmp_path / "dlq-report" / "dlq_export").is_dir()  # --export
     assert (tmp_path / "dlq-report" / "dlq_report.png").stat().st_size > 10_000
+
+    # docs/analytics.md: its drain command, run again on the same table ("metrics"), reads
+    # only what is new and counts nothing twice; its Python block reads the latest state
+    docs = (README.parent / "docs" / "analytics.md").read_text()
+    (command,) = [
+        line for line in re.findall(r"```bash\n(.*?)```", docs, re.S)[0].splitlines() if line
+    ]
+    (tmp_path / "metrics").symlink_to(tmp_path / "consume-metrics")
+    argv = shlex.split(command.replace("localhost:9092", kafka_bootstrap_servers))
+    again = subprocess.run(
+        [str(Path(sys.executable).parent / argv[0]), *argv[1:]], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not re.search(r"\bWARN(ING)?\b", again.stderr), again.stderr[-3000:]
+    table = pq.read_table(tmp_path / "consume-metrics").to_pylist()
+    latest = {}
+    for row in sorted(table, key=lambda r: r["batch_id"]):
+        latest[(row["window_start"], row["group"], row["topic"])] = row
+    assert sum(r["consumed"] for r in latest.values() if r["group"] == group) == 50
+    (code,) = re.findall(r"```python\n(.*?)```", docs, re.S)
+    (tmp_path / "read.py").write_text(code)
+    shown = subprocess.run(
+        [sys.executable, "read.py"], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=400, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    (mine_line,) = [line for line in shown.stdout.splitlines() if group in line]
+    assert [int(x) for x in re.findall(r"\b\d+\b", mine_line.split(group)[1])] == [50, 0, 5]
