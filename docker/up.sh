@@ -112,7 +112,7 @@ rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME, $RMQ_STACK_BROKERS broker(
   Prometheus                http://127.0.0.1:$RMQ_STACK_PROMETHEUS_PORT   (targets: /targets)
   ScheduleService metrics   http://127.0.0.1:$RMQ_STACK_SCHEDULE_METRICS_PORT/metrics$metrics_note
   Example consumer metrics  http://127.0.0.1:$RMQ_STACK_CONSUMER_METRICS_PORT/metrics
-  Spark output (Parquet)    $RMQ_STACK_DATA/consume-metrics   (windows of ${RMQ_STREAM_WINDOW:-10 seconds}, written once the watermark passes)
+  Spark output (Parquet)    $RMQ_STACK_DATA/consume-metrics   (windows of ${RMQ_STREAM_WINDOW:-10 seconds}, final once the watermark passes)
   Grafana dashboard         $HERE/grafana/rmq-kafka-dashboard.json (import it; data source: the Prometheus above)
   Send messages             $exec_hint python /opt/example_app/app.py produce --ok 10 --fail 2
   Dead letters              $exec_hint rmq-kafka dlq list --group example

@@ -28,6 +28,7 @@ _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 #: module file name -> the xdist group its tests share
 _GROUPS = {
     "test_analytics_spark.py": "spark",
+    "test_analytics_drain.py": "spark",
     "test_analytics_transforms.py": "spark",
     "test_analytics_classes.py": "spark",
     # the Spark group's session (one Spark JVM fewer): without its Spark row's warm-up

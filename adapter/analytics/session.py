@@ -34,16 +34,28 @@ passed as they are.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from adapter.analytics.classes import archive_java_option
 from adapter.analytics.jars import AnalyticsError, ensure_spark_jars
 
-__all__ = ["SPARK_DEFAULTS", "build_spark_session", "jaas_config", "kafka_options"]
+__all__ = [
+    "LOG4J2_CONFIG",
+    "SPARK_DEFAULTS",
+    "build_spark_session",
+    "jaas_config",
+    "jvm_stderr_filter",
+    "kafka_options",
+    "log_java_options",
+    "spark_log_level",
+]
 
 log = logging.getLogger("adapter.analytics")
 
@@ -55,8 +67,31 @@ SPARK_DEFAULTS: Final[dict[str, str]] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    # the aggregation's plan has more fields than the default 25: no "Truncated the string
+    # representation of a plan" warning
+    "spark.sql.debug.maxToStringFields": "200",
+    "spark.driver.extraJavaOptions": "",
 }
+
+#: The driver JVM's log4j2 configuration (root level ``rmq.spark.logLevel``, ERROR unless
+#: given).
+LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+#: The Spark log level: quiet unless asked (``-v``), or ``$RMQ_SPARK_LOG_LEVEL``.
+QUIET_LEVEL: Final = "ERROR"
+VERBOSE_LEVEL: Final = "WARN"
+
+
+def spark_log_level(verbose: bool = False) -> str:
+    """The level of Spark's own logging: ``$RMQ_SPARK_LOG_LEVEL``, else WARN with
+    ``verbose``, else ERROR."""
+    return os.environ.get("RMQ_SPARK_LOG_LEVEL") or (VERBOSE_LEVEL if verbose else QUIET_LEVEL)
+
+
+def log_java_options(level: str) -> str:
+    """Driver JVM options: our log4j2 configuration at ``level`` (effective from the JVM's
+    first line, before ``setLogLevel`` can run)."""
+    return f"-Dlog4j2.configurationFile=file:{LOG4J2_CONFIG} -Drmq.spark.logLevel={level}"
+
 
 _PLAIN_LOGIN: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_LOGIN: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -197,35 +232,50 @@ def build_spark_session(
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    verbose: bool = False,
 ) -> Any:
     """A SparkSession with the connector jars on ``spark.jars`` (local files, no Ivy).
 
     ``master`` defaults to ``$SPARK_MASTER`` or ``local[2]``.  Under ``spark-submit`` the
     driver JVM is already running, so its ``--master`` and ``--jars`` are used (and the jars
     are checked: ``--jars "$(python -m adapter.analytics.jars)"``).
+
+    Quiet unless ``verbose``: Spark and its JVM log at ERROR (:func:`spark_log_level`),
+    through :data:`LOG4J2_CONFIG` from the JVM's start; a local driver binds to 127.0.0.1
+    (``SPARK_LOCAL_IP`` and ``spark.driver.host``, unless set) rather than warning that the
+    host name resolves to a loopback address.
     """
     from pyspark.sql import SparkSession
 
+    level = spark_log_level(verbose)
     builder = SparkSession.builder.appName(app_name)
     settings = dict(SPARK_DEFAULTS)
     settings.update(conf or {})
     if not _under_spark_submit():
-        builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[2]")
+        chosen = master or os.environ.get("SPARK_MASTER") or "local[2]"
+        builder = builder.master(chosen)
+        if chosen.startswith("local"):  # one machine: the loopback address is the right one
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            settings.setdefault("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         jars = ",".join(str(p) for p in ensure_spark_jars())
         existing = settings.get("spark.jars")
         settings["spark.jars"] = f"{existing},{jars}" if existing else jars
-        # the driver JVM starts here: on about half the CPU with the class archive
-        options = settings.get("spark.driver.extraJavaOptions", "")
-        archive = archive_java_option(options)
-        if archive:
-            settings["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
+        # the driver JVM starts here: quiet from its first line, and on about half the CPU
+        # with the class archive
+        options = f"{log_java_options(level)} {settings.get('spark.driver.extraJavaOptions', '')}"
+        archive = archive_java_option(options.strip())
+        settings["spark.driver.extraJavaOptions"] = f"{options.strip()} {archive}".strip()
     else:
         # spark-submit has started the driver JVM: its --jars are what the driver can load
         settings.pop("spark.driver.memory", None)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("RMQ_SPARK_LOG_LEVEL", "WARN"))
+    if verbose or _under_spark_submit() or SparkSession.getActiveSession() is not None:
+        session = builder.getOrCreate()
+    else:  # the driver JVM starts here: its stderr through a filter
+        with jvm_stderr_filter():
+            session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(level)
     if _under_spark_submit():
         given = " ".join(
             str(session.conf.get(key, "") or "") for key in ("spark.jars", "spark.jars.packages")
@@ -236,6 +286,45 @@ def build_spark_session(
                 '--jars "$(python -m adapter.analytics.jars)" (the pinned, cached jars)'
             )
     return session
+
+
+#: Lines a driver JVM writes to stderr that say nothing a user can act on: Spark's launcher
+#: always adds ``--add-modules=jdk.incubator.vector`` and the JVM then warns, whatever the
+#: log configuration.
+JVM_NOISE: Final = ("WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+@contextlib.contextmanager
+def jvm_stderr_filter(noise: tuple[str, ...] = JVM_NOISE) -> Iterator[None]:
+    """While inside, a child process started (the driver JVM) gets a pipe as its stderr;
+    a daemon thread copies what it writes to this process's stderr, less the ``noise``
+    lines, for as long as the child lives.  This process's stderr is the same again on
+    leaving."""
+    try:
+        original = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError as exc:  # no stderr to filter (a detached process): nothing to do
+        log.debug("no stderr filter for the Spark driver: %s", exc)
+        yield
+        return
+
+    def copy() -> None:
+        with os.fdopen(read_end, "rb") as pipe, os.fdopen(original, "wb", 0) as out:
+            for line in pipe:
+                if line.decode("utf-8", "replace").rstrip("\r\n") not in noise:
+                    out.write(line)
+
+    threading.Thread(target=copy, name="spark-driver-stderr", daemon=True).start()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)  # the child keeps its own copy
 
 
 def _under_spark_submit() -> bool:

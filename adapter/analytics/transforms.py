@@ -295,11 +295,13 @@ def consume_metrics(
     slide: str | None = None,
     watermark: str | None = "2 minutes",
     max_tracked_reconsume: int = 32,
+    with_max_event_time: bool = False,
 ) -> DataFrame:
     """Decoded trace events -> windowed metrics per (``group``, ``topic``); see the module
     docstring for the columns.  With a ``watermark``, events later than it are dropped and
     (in a streaming query, append mode) a window is emitted once the watermark passes its
-    end."""
+    end.  ``with_max_event_time`` adds ``max_event_time_ms``: the newest event of the
+    window (what the streaming job's table derives the watermark from)."""
     if max_tracked_reconsume < 1:
         raise ConfigError("max_tracked_reconsume", max_tracked_reconsume, "must be >= 1")
     df = traces.withWatermark("event_time", watermark) if watermark else traces
@@ -332,6 +334,7 @@ def consume_metrics(
         F.avg(lateness).alias("lateness_avg_ms"),
         F.percentile_approx(lateness, 0.95).alias("lateness_p95_ms"),
         F.max(lateness).alias("lateness_max_ms"),
+        F.max("event_time_ms").alias("_max_event_time_ms"),
     )
     by_rc = F.map_filter(
         F.map_from_arrays(
@@ -366,6 +369,7 @@ def consume_metrics(
         "lateness_avg_ms",
         "lateness_p95_ms",
         "lateness_max_ms",
+        *([F.col("_max_event_time_ms").alias("max_event_time_ms")] if with_max_event_time else []),
     )
 
 

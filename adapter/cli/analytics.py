@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from adapter.cli.options import add_kafka_args as kafka_args
-from adapter.cli.options import kafka_config
+from adapter.cli.options import add_verbose_everywhere, kafka_config
 from adapter.constants import TRACE_TOPIC
 
 __all__ = ["add_analytics_parser", "add_parser", "cmd_analytics", "main", "run_analytics"]
@@ -110,6 +111,9 @@ def run_analytics(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from adapter.analytics.session import build_spark_session
 
     extra = _kv(args.kafka_option)
+    verbose = bool(getattr(args, "verbose", False))
+    if not verbose:  # py4j's connection chatter is not the user's business
+        logging.getLogger("py4j").setLevel(logging.WARNING)
     if args.job == "stream":
         sinks = tuple(dict.fromkeys(args.sink or (["parquet"] if args.output else ["console"])))
         opts = StreamJobOptions(
@@ -127,10 +131,19 @@ def run_analytics(args: argparse.Namespace, config: dict[str, Any]) -> int:
             fail_on_data_loss=args.fail_on_data_loss,
             kafka_extra=extra,
         )
-        spark = build_spark_session("rmq-kafka consume-metrics", master=args.master)
-        print(json.dumps(run_consume_metrics(spark, config, opts)))
+        spark = build_spark_session(
+            "rmq-kafka consume-metrics",
+            master=args.master,
+            # a stateful query: adaptive execution does not apply (Spark warns and skips it)
+            conf={"spark.sql.adaptive.enabled": "false"},
+            verbose=verbose,
+        )
+        result = run_consume_metrics(spark, config, opts, progress=_progress)
+        for item in result:
+            _progress(_stream_summary(item, opts))
+        print(json.dumps(result))
         return 0
-    spark = build_spark_session("rmq-kafka dlq-report", master=args.master)
+    spark = build_spark_session("rmq-kafka dlq-report", master=args.master, verbose=verbose)
     report = run_dlq_report(
         spark,
         config,
@@ -140,22 +153,51 @@ def run_analytics(args: argparse.Namespace, config: dict[str, Any]) -> int:
         export=args.export,
         kafka_extra=extra,
     )
+    _progress(
+        f"dlq-report: {report.dead_letters} dead letter(s) in {len(report.topics)} DLQ "
+        f"topic(s), every record the topics held when the run started counted once "
+        f"(a rerun replaces the report); {report.groups} summary row(s) in {report.table}"
+    )
     print(json.dumps(report.summary(), indent=2))
     return 0
 
 
+def _progress(line: str) -> None:
+    """Progress and summary lines: stderr (stdout is the JSON result)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _stream_summary(item: dict[str, Any], opts: Any) -> str:
+    head = (
+        f"{item['query']}: {item['batches']} micro-batch(es), "
+        f"{item['input_rows']} trace record(s) read"
+    )
+    latest = item.get("latest")
+    if latest is None:
+        return head
+    counted = ", ".join(f"{latest.get(k, 0)} {k}" for k in ("consumed", "retried", "dlq_arrivals"))
+    return (
+        f"{head}, {item['windows_written']} window row(s) written "
+        f"({item['final_written']} final, {item['provisional_written']} provisional); "
+        f"the table {opts.output} now holds {latest['windows']} window(s), "
+        f"{latest['provisional']} provisional (the watermark has not passed them: a later "
+        f"run completes them): {counted}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``spark/*.py`` scripts: ``main(["stream", ...])``."""
-    import logging
-
     from adapter.errors import AdapterError
 
     parser = argparse.ArgumentParser(prog="rmq-kafka-analytics")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     add_analytics_parser(sub)
+    add_verbose_everywhere(parser)
     args = parser.parse_args(["analytics", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         return run_analytics(args, kafka_config(args))

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from adapter.analytics import transforms
 from adapter.analytics.classes import archive_java_option
-from adapter.analytics.jars import SparkAuthenticationError, spark_jars
+from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError, spark_jars
 from adapter.analytics.jobs import (
     StreamJobOptions,
     read_metrics,
@@ -272,8 +272,10 @@ def test_streaming_metrics_equal_the_known_counts(
     assert sum(r.forwarded for r in svc) == sum(retried.values())
     assert {r.topic for r in svc} == {f"%RETRY%{sc.group}"}
     assert all(r.lateness_max_ms is not None and r.lateness_max_ms >= 0 for r in svc)
-    # the tick's window is still open (it is ahead of the watermark): not emitted
-    assert metrics.where(F.col("group") == "__tick__").count() == 0
+    assert not any(r.provisional for r in rows)  # the tick moved the watermark past them
+    # the tick's window is still open (it is ahead of the watermark): written, provisional
+    ticks = metrics.where(F.col("group") == "__tick__").collect()
+    assert [(r.consumed, r.provisional) for r in ticks] == [(1, True)]
 
 
 def test_dlq_report(
@@ -357,9 +359,12 @@ def _ev(n: int, at: int, status: TraceStatus, rc: int = 0) -> list[TraceEvent]:
 def test_restart_from_checkpoint_neither_loses_nor_double_counts(
     spark: SparkSession, kafka_bootstrap_servers: str, tmp_path: Path
 ) -> None:
+    """Drain runs on one checkpoint: each writes every window it read, the open ones
+    provisional; the next run completes them (one final row per window), a late event is
+    dropped by the watermark, and a run with nothing new changes nothing."""
     topic = f"trace-restart-{_uid()}"
     t0 = (int(time.time() * 1000) // MINUTE - 30) * MINUTE  # a minute boundary, in the past
-    w1, w2 = t0, t0 + MINUTE
+    w1, w2, w4 = t0, t0 + MINUTE, t0 + 3 * MINUTE
     opts = StreamJobOptions(
         output=str(tmp_path / "out"),
         trace_topic=topic,
@@ -369,29 +374,56 @@ def test_restart_from_checkpoint_neither_loses_nor_double_counts(
     )
     config = {"bootstrap.servers": kafka_bootstrap_servers}
 
-    def windows() -> dict[int, tuple[int, int, int]]:
+    def windows() -> dict[int, tuple[int, int, int, bool]]:
         rows = read_metrics(spark, opts.output or "").collect()
         starts = [int(r.window_start.timestamp() * 1000) for r in rows]
-        assert len(starts) == len(set(starts)), f"a window was written twice: {rows}"
-        return {s: (r.consumed, r.succeeded, r.retried) for s, r in zip(starts, rows, strict=True)}
+        assert len(starts) == len(set(starts)), f"a window read twice: {rows}"
+        return {
+            s: (r.consumed, r.succeeded, r.retried, r.provisional)
+            for s, r in zip(starts, rows, strict=True)
+        }
 
-    # run 1: W1 complete, W2 open (its events stay in the checkpointed state)
+    def final_rows() -> list[int]:
+        rows = read_metrics(spark, opts.output or "", final_only=True).collect()
+        return sorted(int(r.window_start.timestamp() * 1000) for r in rows)
+
+    # run 1: W1 closed by the watermark (final), W2 open: written, provisional
     _send(kafka_bootstrap_servers, topic, _ev(5, w1 + 1_000, TraceStatus.SUCCESS)
           + _ev(3, w2 + 10_000, TraceStatus.RETRY))  # fmt: skip
-    run_consume_metrics(spark, config, opts)
-    assert windows() == {w1: (5, 5, 0)}
+    lines: list[str] = []
+    result = run_consume_metrics(spark, config, opts, progress=lines.append)
+    assert windows() == {w1: (5, 5, 0, False), w2: (3, 0, 3, True)}
+    assert final_rows() == [w1]
+    assert result[0]["latest"] == {"windows": 2, "provisional": 1, "consumed": 8,
+                                   "succeeded": 5, "retried": 3, "dlq_arrivals": 0,
+                                   "forwarded": 0}  # fmt: skip
+    assert lines and all("trace record(s) read" in line for line in lines), lines
 
     # run 2 (a new query on the same checkpoint): more W2 events, a late W1 event (dropped by
-    # the watermark) and a W3 event that closes W2
+    # the watermark) and a W4 event that closes W2
     _send(kafka_bootstrap_servers, topic, _ev(2, w2 + 20_000, TraceStatus.SUCCESS, 1)
           + _ev(1, w1 + 5_000, TraceStatus.SUCCESS)
-          + _ev(1, w2 + 2 * MINUTE + 15_000, TraceStatus.DLQ, 2))  # fmt: skip
+          + _ev(1, w4 + 15_000, TraceStatus.DLQ, 2))  # fmt: skip
     run_consume_metrics(spark, config, opts)
-    assert windows() == {w1: (5, 5, 0), w2: (5, 2, 3)}
+    assert windows() == {w1: (5, 5, 0, False), w2: (5, 2, 3, False), w4: (1, 0, 0, True)}
+    assert final_rows() == [w1, w2]  # one final row per window
 
     # run 3: nothing new -> nothing changes
     run_consume_metrics(spark, config, opts)
-    assert windows() == {w1: (5, 5, 0), w2: (5, 2, 3)}
+    assert windows() == {w1: (5, 5, 0, False), w2: (5, 2, 3, False), w4: (1, 0, 0, True)}
+    assert final_rows() == [w1, w2]
+
+
+def test_a_table_of_the_old_layout_is_refused_by_name(spark: SparkSession, tmp_path: Path) -> None:
+    """Append-mode Parquet (no ``batch_id``) in ``--output``: a clear error before any query
+    starts; read_metrics still reads it, every row final."""
+    old = tmp_path / "old"
+    spark.createDataFrame([("g", 3)], "group string, consumed long").write.parquet(str(old))
+    opts = StreamJobOptions(output=str(old), trace_topic="t", available_now=True)
+    with pytest.raises(AnalyticsError, match="batch_id"):
+        run_consume_metrics(spark, {"bootstrap.servers": "127.0.0.1:1"}, opts)
+    assert [tuple(r) for r in read_metrics(spark, str(old)).collect()] == [("g", 3, False)]
+    assert spark.streams.active == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,7 +486,7 @@ def test_sasl_settings_reach_the_sink_and_spark(
         )  # fmt: skip
         progress = run_consume_metrics(spark, config, opts)
         assert progress[0]["input_rows"] == 1  # Kafka records: one pack
-        rows = read_metrics(spark, str(tmp_path / "out")).collect()
+        rows = read_metrics(spark, str(tmp_path / "out"), final_only=True).collect()
         assert [(r.group, r.topic, r.consumed, r.succeeded, r.retried) for r in rows] == [
             ("g", "orders", 9, 7, 2)
         ]
@@ -530,9 +562,11 @@ def test_packed_and_single_records_give_the_same_metrics(
             available_now=True,
         )
         run_consume_metrics(spark, config, opts)
-        rows = read_metrics(spark, opts.output or "").collect()
+        rows = read_metrics(spark, opts.output or "").drop("batch_id").collect()
         outputs[name] = sorted((r.asDict(recursive=True) for r in rows), key=repr)
     assert len(outputs["single"]) >= 6  # 2 groups x 3 windows at least, per topic
-    assert sum(r["consumed"] for r in outputs["single"]) == len(events)
+    counted = [r for r in outputs["single"] if r["group"] != "__tick__"]
+    assert sum(r["consumed"] for r in counted) == len(events)
+    assert not any(r["provisional"] for r in counted)  # the tick moved the watermark past
     assert outputs["packed"] == outputs["single"]
     assert outputs["both"] == outputs["single"]

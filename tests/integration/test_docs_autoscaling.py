@@ -40,7 +40,7 @@ def test_the_gauge_example_runs_as_written(kafka_bootstrap_servers: str, tmp_pat
     printed = out.stdout.strip().splitlines()[-1]
     assert printed == f"['rmq_group_backlog{{group=\"{group}\"}} 0.0']"
     said = "['rmq_group_backlog{group=\"orders-service\"} 0.0']"
-    assert f"`{said}`" in PAGE.read_text()  # what the page says it prints
+    assert f"# {said}" in PAGE.read_text()  # what the page says it prints
 
 
 def test_the_keda_scaled_object_queries_the_gauge() -> None:
