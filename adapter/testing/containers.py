@@ -30,6 +30,7 @@ tried and how to build them.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib
 import importlib.metadata
@@ -64,6 +65,7 @@ __all__ = [
     "docker_problems",
     "kafka_env",
     "kafka_image_candidates",
+    "new_cluster_id",
     "remove_stale",
     "resolve_kafka_image",
     "resolve_service_image",
@@ -89,6 +91,8 @@ SERVICE_IMAGE_ENV = "RMQ_SERVICE_IMAGE"
 PROJECT_KAFKA_REPO = "rmq-kafka/kafka"
 PROJECT_SERVICE_REPO = "rmq-kafka/app"
 _LOG_TAIL_LINES = 80
+JVM_OPTS_ENV = "RMQ_KAFKA_JVM_OPTS"
+DEFAULT_JVM_OPTS = "-XX:TieredStopAtLevel=1"
 
 INSTALL_ENGINE = (
     "install a Docker engine (Debian/Ubuntu: apt-get install docker.io) and start it "
@@ -152,14 +156,32 @@ def choose_image(
     return None
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id as Kafka makes them (16 random bytes, URL-safe base64, unpadded):
+    given to the container, it spares the image one JVM start (``random-uuid``)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def broker_jvm_opts() -> str:
+    """The broker JVM's options: ``$RMQ_KAFKA_JVM_OPTS`` when set (also empty), else the
+    client compiler only, which starts a test broker on about half the CPU."""
+    return os.environ.get(JVM_OPTS_ENV, DEFAULT_JVM_OPTS)
+
+
 def kafka_env(
-    host_port: int, *, internal_host: str | None = None, internal_port: int = INTERNAL_PORT
+    host_port: int,
+    *,
+    internal_host: str | None = None,
+    internal_port: int = INTERNAL_PORT,
+    cluster_id: str | None = None,
+    jvm_opts: str = "",
 ) -> dict[str, str]:
     """``KAFKA_*`` settings of a single-node KRaft broker container (both the official and
     the project's image read them).  The host listener listens on and advertises
     ``127.0.0.1:host_port`` (the port mapped 1:1); with ``internal_host`` a second listener
     ``INTERNAL`` advertises ``internal_host:internal_port`` to other containers on the
-    network and carries the broker's own traffic."""
+    network and carries the broker's own traffic.  ``cluster_id`` and ``jvm_opts`` (after a
+    512 MiB heap) go to ``KAFKA_CLUSTER_ID`` and ``KAFKA_HEAP_OPTS``."""
     listeners = [f"PLAINTEXT://:{host_port}", "CONTROLLER://:9093"]
     advertised = [f"PLAINTEXT://127.0.0.1:{host_port}"]
     protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
@@ -185,6 +207,8 @@ def kafka_env(
         "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
         "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_HEAP_OPTS": " ".join(["-Xmx512m", *jvm_opts.split()]),
+        **({"KAFKA_CLUSTER_ID": cluster_id} if cluster_id else {}),
     }
 
 
@@ -389,7 +413,7 @@ class RetryStack:
         delay_levels: str = DEFAULT_DELAY_LEVELS,
         kafka_image: str | None = None,
         service_image: str | None = None,
-        timeout_s: float = 180.0,
+        timeout_s: float = 300.0,
         clock: SystemClock = SYSTEM_CLOCK,
     ) -> None:
         DelayLevels.parse(delay_levels)  # a bad table fails here, naming the field
@@ -508,7 +532,14 @@ class RetryStack:
             .with_network(self._network)
             .with_network_aliases(KAFKA_ALIAS)
             .with_bind_ports(self._host_port, self._host_port)
-            .with_envs(**kafka_env(self._host_port, internal_host=KAFKA_ALIAS))
+            .with_envs(
+                **kafka_env(
+                    self._host_port,
+                    internal_host=KAFKA_ALIAS,
+                    cluster_id=new_cluster_id(),
+                    jvm_opts=broker_jvm_opts(),
+                )
+            )
             .with_name(f"rmq-retry-stack-{self.id}-kafka")
         )
         self._kafka.start()

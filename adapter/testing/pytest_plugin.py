@@ -81,6 +81,8 @@ DEFAULT_IMAGE = "apache/kafka:4.4.0"
 MODES = ("env", "container", "embedded")
 
 _READY_TIMEOUT_S = 60.0
+#: a container's broker: three JVM starts at most, on a machine that may be busy
+_CONTAINER_READY_TIMEOUT_S = 300.0
 log = logging.getLogger("adapter.testing")
 #: the broker image this process's container mode runs (for the end-of-run summary)
 _IMAGE_KEY = pytest.StashKey[containers.ImageChoice]()
@@ -204,7 +206,7 @@ def _start_container(image: str) -> tuple[Any, str]:
         )  # lazy: heavy, container mode only
 
         kc = KafkaContainer(image).with_kraft()
-        kc.start(timeout=int(_READY_TIMEOUT_S))
+        kc.start(timeout=int(_CONTAINER_READY_TIMEOUT_S))
         return kc, kc.get_bootstrap_server()
 
     # apache/kafka and the project's image: configured through KAFKA_* env vars. The
@@ -295,7 +297,14 @@ def _rmq_kafka_container(kafka_container_image: containers.ImageChoice) -> Itera
         bootstrap,
     )
     try:
-        _wait_until_serving(bootstrap)
+        try:
+            _wait_until_serving(bootstrap, _CONTAINER_READY_TIMEOUT_S)
+        except EmbeddedKafkaError as exc:
+            stdout, stderr = container.get_logs()
+            logs = (stdout + stderr).decode("utf-8", "replace").splitlines()[-60:]
+            raise EmbeddedKafkaError(
+                f"{exc} (container of {image}; its last lines:)\n" + "\n".join(logs)
+            ) from exc
         yield bootstrap
     finally:
         with contextlib.suppress(Exception):

@@ -5,6 +5,7 @@ running pytest as a user would, against an engine socket that does not exist."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,12 @@ from adapter.testing.containers import (
     ContainerStackError,
     ImageChoice,
     RetryStack,
+    broker_jvm_opts,
     choose_image,
     docker_problems,
     kafka_env,
     kafka_image_candidates,
+    new_cluster_id,
     service_image_candidates,
 )
 
@@ -59,6 +62,24 @@ def test_kafka_env_host_listener_only() -> None:
     assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40001"
     assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+    assert env["KAFKA_HEAP_OPTS"] == "-Xmx512m"
+    assert "KAFKA_CLUSTER_ID" not in env
+
+
+def test_kafka_env_cluster_id_and_jvm_options() -> None:
+    cluster_id = new_cluster_id()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)
+    assert new_cluster_id() != cluster_id
+    env = kafka_env(40001, cluster_id=cluster_id, jvm_opts=" -XX:TieredStopAtLevel=1 ")
+    assert env["KAFKA_CLUSTER_ID"] == cluster_id
+    assert env["KAFKA_HEAP_OPTS"] == "-Xmx512m -XX:TieredStopAtLevel=1"
+
+
+def test_broker_jvm_options_follow_the_suite_s_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RMQ_KAFKA_JVM_OPTS", raising=False)
+    assert broker_jvm_opts() == "-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("RMQ_KAFKA_JVM_OPTS", "")
+    assert broker_jvm_opts() == ""
 
 
 def test_kafka_env_with_a_listener_for_the_network() -> None:
