@@ -5,6 +5,7 @@
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
+#   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
@@ -89,12 +90,17 @@ case "$cmd" in
     echo "==> the conformance tier: every scenario on a real RocketMQ broker and on the adapter (minutes)"
     RMQ_CONFORMANCE=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 tests/conformance "$@"
     ;;
+  test-docker)
+    setup
+    echo "==> the Docker tier (docker/test-tier.sh): images built offline, containers (minutes)"
+    PYTHON="$VENV/bin/python" exec docker/test-tier.sh
+    ;;
   bench)
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
     ;;
   *)
-    sed -n '2,10p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac

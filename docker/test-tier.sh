@@ -78,7 +78,7 @@ fi
 if step example; then
   example="$ROOT/examples/retry-service" venv="$ROOT/.cache/examples/retry-service-venv"
   echo "==> the example project, as a user runs it (venv: $venv)"
-  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  rm -rf "$venv" && "$PY" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "$ROOT[containers]"
   "$venv/bin/python" -m pip install -q -e "$example[test]"
   (cd "$example" && "$venv/bin/python" -m pytest -p no:cacheprovider) || rc=1

@@ -70,6 +70,7 @@ __all__ = [
     "resolve_kafka_image",
     "resolve_service_image",
     "service_image_candidates",
+    "start_kafka_container",
 ]
 
 log = logging.getLogger("adapter.testing.containers")
@@ -382,6 +383,37 @@ def remove_stale() -> int:
     return removed
 
 
+def start_kafka_container(image: str, *, timeout_s: float = 300.0) -> tuple[Any, str]:
+    """Start a single-node KRaft broker container of ``image`` with one listener for the
+    host; return (the testcontainers container, its bootstrap).  It may not serve yet: wait
+    for it.  The caller stops it (``container.stop()`` removes it).
+
+    Testcontainers' reaper is an image of its own that would be pulled: it is left off."""
+    from testcontainers.core.config import testcontainers_config
+
+    testcontainers_config.ryuk_disabled = True
+    if "confluentinc/" in image:
+        # Confluent's images take their settings from a start script of testcontainers' kafka
+        # module; the official and the project's image read KAFKA_* variables instead (below)
+        from testcontainers.community.kafka import KafkaContainer
+
+        kc = KafkaContainer(image).with_kraft()
+        kc.start(timeout=int(timeout_s))
+        return kc, kc.get_bootstrap_server()
+
+    from testcontainers.core.container import DockerContainer
+
+    # the advertised listener must carry the host-side port: a free host port mapped 1:1
+    port = _free_port()
+    container = (
+        DockerContainer(image)
+        .with_bind_ports(port, port)
+        .with_envs(**kafka_env(port, cluster_id=new_cluster_id(), jvm_opts=broker_jvm_opts()))
+    )
+    container.start()
+    return container, f"127.0.0.1:{port}"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -427,6 +459,7 @@ class RetryStack:
         self._network: Any = None
         self._kafka: Any = None
         self._service: Any = None
+        self._probe: Any = None
         self.kafka_image: ImageChoice | None = None
         self.service_image: ImageChoice | None = None
         #: seconds ``start()`` took (images resolved to both ready); ``None`` before
@@ -488,8 +521,12 @@ class RetryStack:
         try:
             self._start_containers(kafka_choice.image, service_choice.image)
             deadline = started + self._timeout_s
-            self._wait("the broker", self._broker_serving, deadline)
-            self._wait("the ScheduleService", self._service_serving, deadline)
+            self._open_probe()
+            try:
+                self._wait("the broker", self._broker_serving, deadline)
+                self._wait("the ScheduleService", self._service_serving, deadline)
+            finally:
+                self._close_probe()
         except BaseException as exc:
             logs = self.logs_text()
             self.stop()
@@ -565,11 +602,19 @@ class RetryStack:
         )
         self._service.start()
 
-    def _admin(self) -> Any:
+    def _open_probe(self) -> None:
+        """The admin client that probes readiness; held by this object alone, so that
+        :meth:`_close_probe` destroys it then and there (a client left to the garbage
+        collector at interpreter exit can hang it: its threads call back into Python)."""
         from confluent_kafka.admin import AdminClient
 
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": log}
-        return AdminClient(conf)
+        from adapter.io.errors import make_client
+
+        conf = {"bootstrap.servers": self.bootstrap_servers}
+        self._probe = make_client(AdminClient, conf, what="retry stack readiness probe")
+
+    def _close_probe(self) -> None:
+        self._probe = None
 
     def _exited(self) -> str | None:
         for name, container in (("kafka", self._kafka), ("schedule-service", self._service)):
@@ -580,14 +625,14 @@ class RetryStack:
                 return f"the {name} container {container.status}"
         return None
 
-    def _broker_serving(self, admin: Any) -> None:
-        if not admin.list_topics(timeout=2.0).brokers:
+    def _broker_serving(self) -> None:
+        if not self._probe.list_topics(timeout=2.0).brokers:
             raise ContainerStackError(f"Kafka at {self.bootstrap_servers} lists no broker yet")
 
-    def _service_serving(self, admin: Any) -> None:
+    def _service_serving(self) -> None:
         from confluent_kafka import ConsumerGroupState
 
-        futures = admin.describe_consumer_groups([SCHEDULE_GROUP], request_timeout=5)
+        futures = self._probe.describe_consumer_groups([SCHEDULE_GROUP], request_timeout=5)
         desc = futures[SCHEDULE_GROUP].result(timeout=10)
         if desc.state != ConsumerGroupState.STABLE or not desc.members:
             raise ContainerStackError(
@@ -595,14 +640,12 @@ class RetryStack:
                 f"{len(desc.members)} member(s)"
             )
 
-    def _wait(self, what: str, probe: Callable[[Any], None], deadline: float) -> None:
-        admin = self._admin()
-
+    def _wait(self, what: str, probe: Callable[[], None], deadline: float) -> None:
         def attempt() -> None:
             exited = self._exited()
             if exited:
                 raise _Exited(exited)
-            probe(admin)
+            probe()
 
         remaining = max(1.0, deadline - self._clock.monotonic())
         try:

@@ -193,33 +193,8 @@ def _free_port() -> int:
 
 
 def _start_container(image: str) -> tuple[Any, str]:
-    """Start a single-node KRaft broker container; return (container, bootstrap).
-
-    Testcontainers' reaper is an image of its own that would be pulled: it is left off, and
-    the session fixture removes its container itself (also when tests fail)."""
-    from testcontainers.core.config import testcontainers_config  # lazy: container mode only
-
-    testcontainers_config.ryuk_disabled = True
-    if "confluentinc/" in image:
-        from testcontainers.community.kafka import (
-            KafkaContainer,
-        )  # lazy: heavy, container mode only
-
-        kc = KafkaContainer(image).with_kraft()
-        kc.start(timeout=int(_CONTAINER_READY_TIMEOUT_S))
-        return kc, kc.get_bootstrap_server()
-
-    # apache/kafka and the project's image: configured through KAFKA_* env vars. The
-    # advertised listener must carry the host-side port, so map a pre-chosen free host port
-    # 1:1 to the container.
-    from testcontainers.core.container import DockerContainer  # lazy: heavy, container mode only
-
-    port = _free_port()
-    container = (
-        DockerContainer(image).with_bind_ports(port, port).with_envs(**containers.kafka_env(port))
-    )
-    container.start()
-    return container, f"127.0.0.1:{port}"
+    """Start a single-node KRaft broker container; return (container, bootstrap)."""
+    return containers.start_kafka_container(image, timeout_s=_CONTAINER_READY_TIMEOUT_S)
 
 
 def create_topic(
