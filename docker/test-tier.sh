@@ -11,7 +11,8 @@
 #   3. a subset of the integration suite (consumer behaviour, ScheduleService, producer,
 #      orderly, SimpleConsumer) with the pytest plugin in container mode on the project's own
 #      Kafka image (apache/kafka:<version> is not present: no registry is needed)
-#   4. the retry stack's own tests (tests/docker/test_retry_stack.py) and the tier's check of
+#   4. the retry stack's own tests (tests/docker/test_retry_stack.py), the examples of
+#      docs/testing-your-service.md as written (test_testing_docs.py) and the tier's check of
 #      its own needs (tests/docker/test_docker_available.py)
 #   5. the example project (examples/retry-service) as a user runs it: a venv of its own, the
 #      adapter pip-installed from this checkout, then pytest
@@ -73,14 +74,16 @@ fi
 if step retry-stack; then
   echo "==> the retry stack (Kafka + ScheduleService containers)"
   RMQ_DOCKER_TESTS=1 "$PY" -m pytest -p no:cacheprovider -n0 -s \
-    tests/docker/test_docker_available.py tests/docker/test_retry_stack.py || rc=1
+    tests/docker/test_docker_available.py tests/docker/test_retry_stack.py \
+    tests/docker/test_testing_docs.py || rc=1
 fi
 if step example; then
   example="$ROOT/examples/retry-service" venv="$ROOT/.cache/examples/retry-service-venv"
   echo "==> the example project, as a user runs it (venv: $venv)"
   rm -rf "$venv" && "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q "$ROOT[containers]"
-  "$venv/bin/python" -m pip install -q -e "$example[test]"
-  (cd "$example" && "$venv/bin/python" -m pytest -p no:cacheprovider) || rc=1
+  # the example sees only what its venv installed (not a PYTHONPATH of the caller's)
+  env -u PYTHONPATH "$venv/bin/python" -m pip install -q "$ROOT[containers]"
+  env -u PYTHONPATH "$venv/bin/python" -m pip install -q -e "$example[test]"
+  (cd "$example" && env -u PYTHONPATH "$venv/bin/python" -m pytest -p no:cacheprovider) || rc=1
 fi
 exit "$rc"

@@ -402,6 +402,17 @@ def pytest_runtest_makereport(
     return report
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """With ``RMQ_KAFKA_MODE=container``: the image the session's broker(s) will run, in the
+    header (also under xdist, whose workers' own summary lines are not shown)."""
+    if os.environ.get(MODE_ENV, "").strip().lower() != "container":
+        return None
+    choice = _container_image()
+    if choice is None:
+        return f"rmq-kafka container mode: no broker image present ({kafka_container_candidates()})"
+    return f"rmq-kafka container mode: Kafka image {choice.image} ({choice.reason})"
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     choice = config.stash.get(_IMAGE_KEY, None)
     if choice is not None:

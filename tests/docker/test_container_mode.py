@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 
 from adapter.embedded.jars import kafka_version
 from adapter.testing.containers import ImageChoice, image_present
-from adapter.testing.pytest_plugin import IMAGE_ENV
+from adapter.testing.pytest_plugin import IMAGE_ENV, MODE_ENV, pytest_report_header
 
 
 def test_the_session_broker_runs_in_a_container_of_the_chosen_image(
@@ -64,3 +64,15 @@ def test_a_record_goes_through_the_container_broker(
         assert msg is not None and msg.value() == b"through the container"
     finally:
         consumer.close()
+
+
+def test_the_run_s_header_names_the_image(
+    kafka_container_image: ImageChoice,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(MODE_ENV, "container")
+    assert pytest_report_header(request.config) == (
+        f"rmq-kafka container mode: Kafka image {kafka_container_image.image} "
+        f"({kafka_container_image.reason})"
+    )
