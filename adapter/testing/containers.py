@@ -87,6 +87,9 @@ SCHEDULE_GROUP = "rmq-schedule-service"
 LABEL = "io.rmq-kafka.retry-stack"
 #: the stack's own id (one per RetryStack), to find exactly its containers
 STACK_LABEL = "io.rmq-kafka.retry-stack.id"
+#: the owning process's host name: pids are judged only on the host that owns them (an engine
+#: may serve several hosts or containers, each with pids of its own)
+HOST_LABEL = "io.rmq-kafka.retry-stack.host"
 KAFKA_IMAGE_ENV = "RMQ_KAFKA_IMAGE"
 SERVICE_IMAGE_ENV = "RMQ_SERVICE_IMAGE"
 PROJECT_KAFKA_REPO = "rmq-kafka/kafka"
@@ -360,17 +363,19 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale() -> int:
     """Remove the containers and networks of stacks whose process is gone (it died without
-    ``stop()``); returns how many containers went.  Only this host's pids are judged."""
+    ``stop()``); returns how many containers went.  Only stacks of this host (label
+    :data:`HOST_LABEL`) are judged."""
     client = _docker_client()
     removed = 0
+    mine = [f"{LABEL}", f"{HOST_LABEL}={socket.gethostname()}"]
     try:
-        for container in client.containers.list(all=True, filters={"label": LABEL}):
+        for container in client.containers.list(all=True, filters={"label": mine}):
             owner = str(container.labels.get(LABEL, ""))
             if owner.isdigit() and not _pid_alive(int(owner)):
                 with contextlib.suppress(Exception):
                     container.remove(force=True, v=True)
                     removed += 1
-        for network in client.networks.list(filters={"label": LABEL}):
+        for network in client.networks.list(filters={"label": mine}):
             owner = str((network.attrs.get("Labels") or {}).get(LABEL, ""))
             if owner.isdigit() and not _pid_alive(int(owner)):
                 with contextlib.suppress(Exception):
@@ -492,7 +497,7 @@ class RetryStack:
     @property
     def labels(self) -> dict[str, str]:
         """The labels on every container and on the network of this stack."""
-        return {LABEL: str(os.getpid()), STACK_LABEL: self.id}
+        return {LABEL: str(os.getpid()), STACK_LABEL: self.id, HOST_LABEL: socket.gethostname()}
 
     def _require_started(self) -> None:
         if self._kafka is None:
