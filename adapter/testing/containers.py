@@ -127,13 +127,16 @@ class ImageChoice:
     reason: str
 
 
-def kafka_image_candidates(version: str, configured: str | None = None) -> list[str]:
+def kafka_image_candidates(
+    version: str, configured: str | None = None, *, project_image: bool = True
+) -> list[str]:
     """The broker images to try, in order: ``configured`` (``$RMQ_KAFKA_IMAGE``) alone when
-    set, else the official ``apache/kafka:<version>``, then the project's own
-    ``rmq-kafka/kafka:<version>``."""
+    set, else the official ``apache/kafka:<version>``, then (with ``project_image``) the
+    project's own ``rmq-kafka/kafka:<version>``."""
     if configured:
         return [configured]
-    return [f"apache/kafka:{version}", f"{PROJECT_KAFKA_REPO}:{version}"]
+    official = f"apache/kafka:{version}"
+    return [official, f"{PROJECT_KAFKA_REPO}:{version}"] if project_image else [official]
 
 
 def service_image_candidates(adapter_version: str, configured: str | None = None) -> list[str]:

@@ -3,12 +3,12 @@
 Broker selection (session fixture ``kafka_mode``), first match wins:
 
 1. ``env``       -- ``KAFKA_BOOTSTRAP_SERVERS`` is set: use that cluster as is.
-2. ``container`` -- a Docker engine is reachable and a broker image is already present
-                    locally (never pulled): ``$RMQ_KAFKA_IMAGE`` when set, else
-                    ``apache/kafka:<version>``, else the project's own
-                    ``rmq-kafka/kafka:<version>`` (``docker/build.sh kafka``); the image
-                    taken and why is logged and shown at the end of the run (fixture
-                    ``kafka_container_image``).
+2. ``container`` -- a Docker engine is reachable and ``$RMQ_KAFKA_IMAGE`` (when set) or
+                    ``apache/kafka:<version>`` is present locally (never pulled).  Forced
+                    (``RMQ_KAFKA_MODE=container``), the project's own
+                    ``rmq-kafka/kafka:<version>`` (``docker/build.sh kafka``) is taken when
+                    the official image is absent.  The image taken and why is logged and
+                    shown in the run's header and summary (fixture ``kafka_container_image``).
 3. ``embedded``  -- an :class:`~adapter.embedded.EmbeddedKafka` JVM unique to this session
                     (fresh data, stopped at session end).
 
@@ -105,15 +105,20 @@ def _docker_image_present(image: str) -> bool:
     return containers.image_present(image)
 
 
-def kafka_container_candidates() -> list[str]:
-    """The broker images container mode tries, in order (see the module docstring)."""
+def kafka_container_candidates(*, forced: bool = True) -> list[str]:
+    """The broker images container mode tries, in order (see the module docstring).  Not
+    ``forced`` (the mode is being detected), the project's own image does not count: a
+    machine that built it for the Docker tier keeps running the default suite on the
+    embedded broker, whose fault-injection tests need it."""
     from adapter.embedded.jars import kafka_version
 
-    return containers.kafka_image_candidates(kafka_version(), os.environ.get(IMAGE_ENV) or None)
+    return containers.kafka_image_candidates(
+        kafka_version(), os.environ.get(IMAGE_ENV) or None, project_image=forced
+    )
 
 
-def _container_image() -> containers.ImageChoice | None:
-    candidates = kafka_container_candidates()
+def _container_image(*, forced: bool = True) -> containers.ImageChoice | None:
+    candidates = kafka_container_candidates(forced=forced)
     return containers.choose_image(
         candidates, _docker_image_present, configured=bool(os.environ.get(IMAGE_ENV))
     )
@@ -130,7 +135,7 @@ def detect_kafka_mode() -> str:
         return forced
     if os.environ.get(BOOTSTRAP_ENV):
         return "env"
-    if _container_image() is not None:
+    if _container_image(forced=False) is not None:
         return "container"
     return "embedded"
 

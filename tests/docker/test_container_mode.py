@@ -12,7 +12,13 @@ from confluent_kafka import Consumer, Producer
 
 from adapter.embedded.jars import kafka_version
 from adapter.testing.containers import ImageChoice, image_present
-from adapter.testing.pytest_plugin import IMAGE_ENV, MODE_ENV, pytest_report_header
+from adapter.testing.pytest_plugin import (
+    BOOTSTRAP_ENV,
+    IMAGE_ENV,
+    MODE_ENV,
+    detect_kafka_mode,
+    pytest_report_header,
+)
 
 
 def test_the_session_broker_runs_in_a_container_of_the_chosen_image(
@@ -76,3 +82,19 @@ def test_the_run_s_header_names_the_image(
         f"rmq-kafka container mode: Kafka image {kafka_container_image.image} "
         f"({kafka_container_image.reason})"
     )
+
+
+def test_detection_without_forcing_keeps_the_embedded_broker(
+    kafka_container_image: ImageChoice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's image, built for this tier, does not turn the default suite (which needs
+    the embedded broker for its fault-injection tests) into container mode: only forcing it
+    or the official image does."""
+    if image_present(f"apache/kafka:{kafka_version()}"):
+        pytest.skip("the official image is present: detection takes it, as documented")
+    assert image_present(f"rmq-kafka/kafka:{kafka_version()}")
+    for name in (MODE_ENV, BOOTSTRAP_ENV, IMAGE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert detect_kafka_mode() == "embedded"
+    monkeypatch.setenv(MODE_ENV, "container")
+    assert detect_kafka_mode() == "container"

@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_kafka_candidates_official_then_the_projects_own() -> None:
     assert kafka_image_candidates("4.4.0") == ["apache/kafka:4.4.0", "rmq-kafka/kafka:4.4.0"]
     assert kafka_image_candidates("4.2.0", "my/kafka:x") == ["my/kafka:x"]
+    # detecting the mode (not forced): the project's own image does not count
+    assert kafka_image_candidates("4.4.0", project_image=False) == ["apache/kafka:4.4.0"]
 
 
 def test_service_candidates_this_version_then_latest() -> None:
@@ -187,7 +189,7 @@ def test_the_docker_tier_asked_for_without_an_engine_fails_naming_it(tmp_path: P
             "no:cacheprovider",
             "-n0",
             "-q",
-            "tests/docker/test_docker_available.py",
+            "tests/docker/test_docker_available.py::test_the_docker_tier_has_an_engine_and_compose",
         ],
         capture_output=True,
         text=True,
@@ -218,7 +220,7 @@ def test_the_docker_tier_not_asked_for_is_skipped() -> None:
             "no:cacheprovider",
             "-n0",
             "-q",
-            "tests/docker/test_docker_available.py",
+            "tests/docker/test_docker_available.py::test_the_docker_tier_has_an_engine_and_compose",
         ],
         capture_output=True,
         text=True,
