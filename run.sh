@@ -6,6 +6,7 @@
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium)
+#   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)
 #   ./run.sh setup   only the set-up
@@ -101,6 +102,20 @@ case "$cmd" in
     echo "==> the console tier: the retry console in a real browser, and its DLQ view with 100 000 dead letters"
     RMQ_CONSOLE_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 -s tests/console "$@"
     ;;
+  test-docker)
+    setup
+    missing=""
+    command -v dockerd >/dev/null || missing="$missing docker.io"
+    command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing="$missing docker-compose"
+    command -v debootstrap >/dev/null || missing="$missing debootstrap"
+    if [ -n "$missing" ]; then
+      echo "==> installing Debian's$missing (the Docker engine, Compose, and the base image's bootstrap)"
+      if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $missing
+      else sudo apt-get update -qq && sudo apt-get install -y -qq $missing; fi
+    fi
+    echo "==> the Docker tier (docker/test-tier.sh): images built offline, containers (minutes)"
+    PYTHON="$VENV/bin/python" exec docker/test-tier.sh
+    ;;
   bench)
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
@@ -118,7 +133,7 @@ case "$cmd" in
     NO_MKDOCS_2_WARNING=1 exec "$VENV/bin/mkdocs" build --strict "$@"
     ;;
   *)
-    sed -n '2,11p' "$0"
+    sed -n '2,12p' "$0"
     exit 2
     ;;
 esac

@@ -3,12 +3,24 @@
 Broker selection (session fixture ``kafka_mode``), first match wins:
 
 1. ``env``       -- ``KAFKA_BOOTSTRAP_SERVERS`` is set: use that cluster as is.
-2. ``container`` -- a Docker engine is reachable and the image ``$RMQ_KAFKA_IMAGE``
-                    (default ``apache/kafka:4.4.0``) is already present locally (never pulled).
+2. ``container`` -- a Docker engine is reachable and ``$RMQ_KAFKA_IMAGE`` (when set) or
+                    ``apache/kafka:<version>`` is present locally (never pulled).  Forced
+                    (``RMQ_KAFKA_MODE=container``), the project's own
+                    ``rmq-kafka/kafka:<version>`` (``docker/build.sh kafka``) is taken when
+                    the official image is absent.  The image taken and why is logged and
+                    shown in the run's header and summary (fixture ``kafka_container_image``).
 3. ``embedded``  -- an :class:`~adapter.embedded.EmbeddedKafka` JVM unique to this session
                     (fresh data, stopped at session end).
 
-``RMQ_KAFKA_MODE=env|container|embedded`` forces a mode.
+``RMQ_KAFKA_MODE=env|container|embedded`` forces a mode; a forced ``container`` without an
+engine or an image is an error naming what is missing and how to get it.
+
+A retry stack (fixture ``retry_stack``, session scope): a Kafka container and a
+ScheduleService container on one Docker network (:class:`adapter.testing.containers.
+RetryStack`), for a service's own tests of its retries and dead letters; its delay table is
+the fixture ``retry_stack_delay_levels`` (override it in a ``conftest.py``).  A failing test
+that used it gets both containers' logs in its report; the containers are removed at the end
+of the session whatever the tests did.
 
 A cluster (fixture ``kafka_cluster``): a three-node embedded KRaft cluster (replication
 factor 3, ``min.insync.replicas=2``) whose nodes a test can stop, kill, freeze and restart;
@@ -24,7 +36,7 @@ Importing this module has no side effects.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import logging
 import os
 import shutil
 import socket
@@ -39,6 +51,7 @@ from confluent_kafka.admin import AdminClient
 
 from adapter.embedded.broker import EmbeddedKafka, EmbeddedKafkaError, pid_alive
 from adapter.io.topics import TopicPlan, ensure_with
+from adapter.testing import containers
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -49,10 +62,13 @@ __all__ = [
     "kafka_bootstrap_servers",
     "kafka_cluster",
     "kafka_cluster_bootstrap_servers",
+    "kafka_container_image",
     "kafka_group_id",
     "kafka_mode",
     "kafka_topic",
     "kafka_topic_factory",
+    "retry_stack",
+    "retry_stack_delay_levels",
 ]
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -65,6 +81,11 @@ DEFAULT_IMAGE = "apache/kafka:4.4.0"
 MODES = ("env", "container", "embedded")
 
 _READY_TIMEOUT_S = 60.0
+#: a container's broker: three JVM starts at most, on a machine that may be busy
+_CONTAINER_READY_TIMEOUT_S = 300.0
+log = logging.getLogger("adapter.testing")
+#: the broker image this process's container mode runs (for the end-of-run summary)
+_IMAGE_KEY = pytest.StashKey[containers.ImageChoice]()
 _TOPIC_TIMEOUT_S = 30.0
 
 
@@ -79,43 +100,28 @@ class TopicFactory(Protocol):
 # --------------------------------------------------------------------------------------------
 
 
-def _kafka_image() -> str:
-    return os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
-
-
-def _docker_socket_reachable() -> bool:
-    """Cheap pre-check (the docker SDK leaks a socket when the engine is down)."""
-    host = os.environ.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        return True  # tcp:// / ssh:// etc.: let the SDK decide
-    path = host.removeprefix("unix://") or "/var/run/docker.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(2.0)
-        try:
-            sock.connect(path)
-        except OSError:
-            return False
-    return True
-
-
 def _docker_image_present(image: str) -> bool:
     """Docker engine reachable AND ``image`` present locally. Never pulls."""
-    if not _docker_socket_reachable():
-        return False
-    try:
-        docker: Any = importlib.import_module("docker")
-        client = docker.from_env(timeout=5)
-    except Exception:
-        return False
-    try:
-        client.ping()
-        client.images.get(image)
-    except Exception:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            client.close()
-    return True
+    return containers.image_present(image)
+
+
+def kafka_container_candidates(*, forced: bool = True) -> list[str]:
+    """The broker images container mode tries, in order (see the module docstring).  Not
+    ``forced`` (the mode is being detected), the project's own image does not count: a
+    machine that built it for the Docker tier keeps running the default suite on the
+    embedded broker, whose fault-injection tests need it."""
+    from adapter.embedded.jars import kafka_version
+
+    return containers.kafka_image_candidates(
+        kafka_version(), os.environ.get(IMAGE_ENV) or None, project_image=forced
+    )
+
+
+def _container_image(*, forced: bool = True) -> containers.ImageChoice | None:
+    candidates = kafka_container_candidates(forced=forced)
+    return containers.choose_image(
+        candidates, _docker_image_present, configured=bool(os.environ.get(IMAGE_ENV))
+    )
 
 
 def detect_kafka_mode() -> str:
@@ -129,9 +135,27 @@ def detect_kafka_mode() -> str:
         return forced
     if os.environ.get(BOOTSTRAP_ENV):
         return "env"
-    if _docker_image_present(_kafka_image()):
+    if _container_image(forced=False) is not None:
         return "container"
     return "embedded"
+
+
+def _require_container_image() -> containers.ImageChoice:
+    """The image container mode runs, or a usage error naming what is missing."""
+    problem = containers.docker_engine_problem()
+    if problem:
+        raise pytest.UsageError(
+            f"{MODE_ENV}=container: no Docker engine reachable ({problem}): "
+            f"{containers.INSTALL_ENGINE}"
+        )
+    choice = _container_image()
+    if choice is None:
+        raise pytest.UsageError(
+            f"{MODE_ENV}=container: none of {kafka_container_candidates()} is present locally "
+            "(images are never pulled): build the project's own with docker/build.sh kafka, "
+            f"or name one with {IMAGE_ENV}"
+        )
+    return choice
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,58 +197,9 @@ def _free_port() -> int:
         return port
 
 
-def _disable_ryuk_when_absent() -> None:
-    """Testcontainers' reaper (ryuk) is itself an image; where it is not present locally
-    (no registry to pull from) run without it -- the fixture stops its container itself."""
-    from testcontainers.core.config import testcontainers_config  # lazy: container mode only
-
-    if testcontainers_config.ryuk_disabled or _docker_image_present(
-        testcontainers_config.ryuk_image
-    ):
-        return
-    testcontainers_config.ryuk_disabled = True
-
-
 def _start_container(image: str) -> tuple[Any, str]:
     """Start a single-node KRaft broker container; return (container, bootstrap)."""
-    _disable_ryuk_when_absent()
-    if "confluentinc/" in image:
-        from testcontainers.community.kafka import (
-            KafkaContainer,
-        )  # lazy: heavy, container mode only
-
-        kc = KafkaContainer(image).with_kraft()
-        kc.start(timeout=int(_READY_TIMEOUT_S))
-        return kc, kc.get_bootstrap_server()
-
-    # apache/kafka image: configured through KAFKA_* env vars. The advertised listener must
-    # carry the host-side port, so map a pre-chosen free host port 1:1 to the container.
-    from testcontainers.core.container import DockerContainer  # lazy: heavy, container mode only
-
-    port = _free_port()
-    container = (
-        DockerContainer(image)
-        .with_bind_ports(port, port)
-        .with_envs(
-            KAFKA_NODE_ID="1",
-            KAFKA_PROCESS_ROLES="broker,controller",
-            KAFKA_LISTENERS=f"PLAINTEXT://:{port},CONTROLLER://:9093",
-            KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://127.0.0.1:{port}",
-            KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
-            KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            KAFKA_CONTROLLER_QUORUM_VOTERS="1@localhost:9093",
-            KAFKA_INTER_BROKER_LISTENER_NAME="PLAINTEXT",
-            KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1",
-            KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1",
-            KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
-            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR="1",
-            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR="1",
-            KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
-            KAFKA_NUM_PARTITIONS="1",
-        )
-    )
-    container.start()
-    return container, f"127.0.0.1:{port}"
+    return containers.start_kafka_container(image, timeout_s=_CONTAINER_READY_TIMEOUT_S)
 
 
 def create_topic(
@@ -280,10 +255,36 @@ def _rmq_kafka_embedded() -> Iterator[EmbeddedKafka]:
 
 
 @pytest.fixture(scope="session")
-def _rmq_kafka_container() -> Iterator[str]:
-    container, bootstrap = _start_container(_kafka_image())
+def kafka_container_image(
+    kafka_mode: str, request: pytest.FixtureRequest
+) -> containers.ImageChoice:
+    """The broker image of container mode and why it was taken (skips in other modes)."""
+    if kafka_mode != "container":
+        pytest.skip(f"needs container mode (kafka_mode is {kafka_mode!r})")
+    choice = _require_container_image()
+    request.config.stash[_IMAGE_KEY] = choice
+    return choice
+
+
+@pytest.fixture(scope="session")
+def _rmq_kafka_container(kafka_container_image: containers.ImageChoice) -> Iterator[str]:
+    image = kafka_container_image.image
+    container, bootstrap = _start_container(image)
+    log.info(
+        "container mode: Kafka from image %s (%s) on %s",
+        image,
+        kafka_container_image.reason,
+        bootstrap,
+    )
     try:
-        _wait_until_serving(bootstrap)
+        try:
+            _wait_until_serving(bootstrap, _CONTAINER_READY_TIMEOUT_S)
+        except EmbeddedKafkaError as exc:
+            stdout, stderr = container.get_logs()
+            logs = (stdout + stderr).decode("utf-8", "replace").splitlines()[-60:]
+            raise EmbeddedKafkaError(
+                f"{exc} (container of {image}; its last lines:)\n" + "\n".join(logs)
+            ) from exc
         yield bootstrap
     finally:
         with contextlib.suppress(Exception):
@@ -360,6 +361,69 @@ def _heal_embedded(item: pytest.Item) -> None:
     bootstrap = broker.start()
     if expected is not None and bootstrap != expected.bootstrap_servers:
         pytest.fail(f"embedded Kafka came back on {bootstrap}, not {expected.bootstrap_servers}")
+
+
+@pytest.fixture(scope="session")
+def retry_stack_delay_levels() -> str:
+    """The retry stack's delay table (override in a ``conftest.py``); every consumer under
+    test passes the same to ``PushConsumer(delay_levels=...)``."""
+    return containers.DEFAULT_DELAY_LEVELS
+
+
+@pytest.fixture(scope="session")
+def retry_stack(retry_stack_delay_levels: str) -> Iterator[containers.RetryStack]:
+    """A Kafka container and a ScheduleService container on one network, started once per
+    session (per xdist worker) and removed at its end, whatever the tests did.  Containers
+    that sessions killed before their teardown left behind are removed first."""
+    problem = containers.docker_engine_problem()
+    if problem:
+        pytest.fail(
+            f"retry_stack: no Docker engine reachable ({problem}): {containers.INSTALL_ENGINE}",
+            pytrace=False,
+        )
+    containers.remove_stale()
+    stack = containers.RetryStack(delay_levels=retry_stack_delay_levels)
+    try:
+        stack.start()
+    except containers.ContainerStackError as exc:
+        pytest.fail(f"retry_stack: {exc}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test that used ``retry_stack`` gets both containers' logs in its report."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs: dict[str, Any] = getattr(item, "funcargs", {})
+        stack = funcargs.get("retry_stack")
+        if isinstance(stack, containers.RetryStack):
+            report.sections.append((f"retry stack logs ({stack.describe()})", stack.logs_text()))
+    return report
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """With ``RMQ_KAFKA_MODE=container``: the image the session's broker(s) will run, in the
+    header (also under xdist, whose workers' own summary lines are not shown)."""
+    if os.environ.get(MODE_ENV, "").strip().lower() != "container":
+        return None
+    choice = _container_image()
+    if choice is None:
+        return f"rmq-kafka container mode: no broker image present ({kafka_container_candidates()})"
+    return f"rmq-kafka container mode: Kafka image {choice.image} ({choice.reason})"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    choice = config.stash.get(_IMAGE_KEY, None)
+    if choice is not None:
+        terminalreporter.write_line(
+            f"rmq-kafka container mode: Kafka image {choice.image} ({choice.reason})"
+        )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,7 +3,8 @@ ports and data directory of its own, drive it, and tear it down.
 
 Shared by ``test_stack.py`` (one broker) and ``test_cluster_stack.py`` (the three-broker
 profile, ``docker/compose.cluster.yaml``); both are opt-in (``RMQ_DOCKER_TESTS=1``, see
-:func:`skip_reason`).
+:func:`require_docker`: skipped unless asked for, failing
+when asked for and Docker or Compose is missing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from adapter.testing import containers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -50,21 +53,32 @@ def compose_command() -> list[str] | None:
     return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
-def skip_reason() -> str | None:
-    """Why the stack tests cannot run here (None: they can)."""
-    if os.environ.get("RMQ_DOCKER_TESTS") != "1":
-        return "opt-in: set RMQ_DOCKER_TESTS=1 (builds the images, runs the whole stack: minutes)"
-    if shutil.which("docker") is None:
-        return "no docker CLI on PATH"
-    try:
-        info = run(["docker", "info"], timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"no Docker engine reachable ({exc})"
-    if info.returncode != 0:
-        return "no Docker engine reachable (docker info failed; start dockerd)"
-    if compose_command() is None:
-        return "neither 'docker compose' nor docker-compose is installed"
-    return None
+def opted_in() -> bool:
+    return os.environ.get("RMQ_DOCKER_TESTS") == "1"
+
+
+def missing_parts(compose: bool = True) -> list[str]:
+    """What the Docker tier needs and this machine lacks, each with how to install it."""
+    cli = shutil.which("docker") is not None
+    return containers.docker_problems(
+        cli=cli,
+        engine_problem=containers.docker_engine_problem(),
+        compose=(compose_command() is not None) if compose else None,
+    )
+
+
+def require_docker(compose: bool = True) -> None:
+    """Skip when the tier was not asked for (``RMQ_DOCKER_TESTS`` unset); when it was, fail
+    naming every missing part (Docker CLI, engine, Compose) and how to install it: a tier
+    asked for by name never passes without running."""
+    if not opted_in():
+        pytest.skip("opt-in: set RMQ_DOCKER_TESTS=1 (builds the images, runs containers: minutes)")
+    problems = missing_parts(compose)
+    if problems:
+        pytest.fail(
+            "RMQ_DOCKER_TESTS=1 but the Docker tier cannot run:\n  " + "\n  ".join(problems),
+            pytrace=False,
+        )
 
 
 def free_port() -> int:
@@ -187,10 +201,9 @@ class Stack:
 def start_stack(tmp_path_factory: pytest.TempPathFactory, brokers: int = 1) -> Iterator[Stack]:
     """Build the images, bring the stack up with ``docker/up.sh --brokers N`` and yield it;
     ``docker/down.sh --purge`` afterwards (unless ``RMQ_DOCKER_KEEP=1``).  The body of the
-    tests' module-scoped ``stack`` fixtures: skips when :func:`skip_reason` says so."""
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
+    tests' module-scoped ``stack`` fixtures: skips unless opted in, fails naming what is
+    missing when opted in (:func:`require_docker`)."""
+    require_docker(compose=True)
     cmd = compose_command()
     assert cmd is not None
     build = run([str(DOCKER / "build.sh")], timeout=1500)
