@@ -120,7 +120,7 @@ class AdminSession:
         # librdkafka's own log lines go to this logger (the CLI silences it unless -v)
         self.config.setdefault("logger", CLIENT_LOG)
         self.timeout_s = timeout_s
-        self.watch = FatalErrorWatch(self.config.get("error_cb"))
+        self.watch = FatalErrorWatch(self.config.get("error_cb"), config=self.config)
         conf = admin_config(self.config)
         conf["error_cb"] = self.watch
         # looking a name up must never create it (brokers with auto.create.topics.enable)
@@ -131,6 +131,9 @@ class AdminSession:
     def error(self, exc: BaseException, what: str) -> Exception:
         """The adapter error for a failed call; a refused login names the user."""
         self.admin.poll(0)
+        tls = self.watch.tls()
+        if tls is not None:
+            return tls
         fatal = self._fatal()
         if fatal is not None:
             return auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))
@@ -156,8 +159,11 @@ class AdminSession:
         return current if isinstance(current, AuthenticationError) else None
 
     def check(self, what: str) -> None:
-        """Raise the authentication error librdkafka reported, if any."""
+        """Raise the authentication or TLS error librdkafka reported, if any."""
         self.admin.poll(0)
+        tls = self.watch.tls()
+        if tls is not None:
+            raise tls
         fatal = self._fatal()
         if fatal is not None:
             raise auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))

@@ -41,7 +41,15 @@ from adapter.errors import (
     MalformedHeaderError,
 )
 from adapter.io.config import check_kafka_config, producer_config
-from adapter.io.errors import AUTH_CODES, client_error, is_too_large, make_client, send_error
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    client_error,
+    is_too_large,
+    make_client,
+    send_error,
+    wait_metadata,
+)
 from adapter.io.polling import watermarks
 
 log = logging.getLogger("adapter.dlq")
@@ -116,9 +124,13 @@ def read_dlq(
     """Every entry of ``%DLQ%<group>`` from the beginning (bounded by ``limit``); reads only.
     ``progress(entries read, entries in the DLQ)`` is called as it goes."""
     kafka_topic = naming.to_kafka(naming.dlq_topic(group))
-    consumer = _reader(config, group=redrive_group(group))
+    watch = FatalErrorWatch(config.get("error_cb"), config=config)
+    consumer = _reader(config, {"error_cb": watch}, group=redrive_group(group))
     try:
-        md = consumer.list_topics(topic=kafka_topic, timeout=timeout_s)
+        # not yet assigned: poll(0) only runs the callbacks (a TLS failure fails fast)
+        md = wait_metadata(
+            consumer, timeout_s, watch=watch, serve=lambda: consumer.poll(0), topic=kafka_topic
+        )
         tmd = md.topics.get(kafka_topic)
         if tmd is not None and tmd.error is not None and tmd.error.code() in AUTH_CODES:
             raise AuthenticationError(

@@ -98,7 +98,7 @@ class ScheduleService:
         self._config = check_kafka_config(config, "ScheduleService")
         self.group = self.options.group_id
         self.stats = ScheduleStats()
-        self._errors = FatalErrorWatch(self._config.get("error_cb"))
+        self._errors = FatalErrorWatch(self._config.get("error_cb"), config=self._config)
         self._handler = _ServiceLoop(self)
         self._loop = ClientLoop(
             "rmq-schedule-service",
