@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaException
 
-from adapter.cli import analytics, bench, broker, demo, dlq, group, msg, schedule, topics
+from adapter.cli import acl, analytics, bench, broker, demo, dlq, group, msg, schedule, topics
 from adapter.cli.options import add_verbose_everywhere
 from adapter.embedded.broker import EmbeddedKafkaError
 from adapter.errors import AdapterError
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_parser(sub)
     msg.add_parser(sub)
     schedule.add_status_parser(sub)
+    acl.add_parser(sub)
     demo.add_parser(sub)
     analytics.add_parser(sub)
     bench.add_parser(sub)

@@ -51,6 +51,7 @@ __all__ = [
     "kafka_cluster_bootstrap_servers",
     "kafka_group_id",
     "kafka_mode",
+    "kafka_tls",
     "kafka_topic",
     "kafka_topic_factory",
 ]
@@ -254,7 +255,7 @@ def kafka_mode() -> str:
 def _reap_orphans(instances: Path) -> None:
     """Stop brokers left behind by pytest sessions that died without teardown (kill -9)."""
     for inst in instances.glob("pytest-*"):
-        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster")
+        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster").removesuffix("-tls")
         if not owner.isdigit() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(Exception):
@@ -322,6 +323,16 @@ def kafka_cluster() -> Iterator[EmbeddedKafka]:
     yield from _session_instance(
         EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
     )
+
+
+@pytest.fixture(scope="session")
+def kafka_tls() -> Iterator[EmbeddedKafka]:
+    """An embedded broker of this session with TLS (started on first use): its plaintext
+    listener, an ``SSL`` and a ``SASL_SSL`` (SCRAM-SHA-256, user ``admin``) listener, with
+    certificates from a throw-away CA. ``kafka_tls.client_config("SSL")`` is a client's
+    settings (``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``, ...);
+    ``kafka_tls.ca_location`` the CA file."""
+    yield from _session_instance(EmbeddedKafka(f"pytest-{os.getpid()}-tls", tls=True))
 
 
 @pytest.fixture(scope="session")
