@@ -224,7 +224,8 @@ def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
 
 #: librdkafka's words for a TLS connection that failed (its error code is ``_SSL`` for a
 #: certificate that was not verified, ``_TRANSPORT`` for a listener that does not speak TLS)
-_TLS_MARKS = ("SSL handshake failed", "SSL connection closed", "ssl handshake failed")
+#: ``_TRANSPORT`` too for a client certificate the broker refused (an OpenSSL alert)
+_TLS_MARKS = ("SSL handshake failed", "SSL connection closed", "SSL routines", "ssl/tls alert")
 _BROKER_PREFIX = re.compile(r"^(\w+://[^/\s]+|[^/\s]+)(?:/\S*)?: ")
 
 
