@@ -75,8 +75,15 @@ from adapter.core.routing import RetryLater
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
+from adapter.errors import AuthenticationError
 from adapter.io.config import admin_config, require_setting
-from adapter.io.errors import FatalErrorWatch, client_error, make_client
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    client_error,
+    make_client,
+    permission_hint,
+)
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import (
@@ -404,6 +411,17 @@ class GroupConsumer:
             return
         if err.fatal():
             raise client_error(KafkaException(err), what=f"{self.name} consumer")
+        if err.code() in AUTH_CODES:
+            # the consumer cannot do its work (join its group, read a subscribed topic): say
+            # what is missing, and let check_alive() raise it while it lasts
+            if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                hint = permission_hint(err.code(), self.group, "READ")
+            else:
+                hint = permission_hint(err.code(), kmsg.topic() or None, "READ")
+            error = AuthenticationError(f"{self.name}: {err.str()}{hint}", kafka_error=err)
+            self.errors.report(error)
+            log.error("%s", error)
+            return
         log.warning("%s: consume error: %s", self.name, err.str())
 
     # -- actions ---------------------------------------------------------------------------

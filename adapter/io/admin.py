@@ -37,7 +37,13 @@ from adapter.errors import (
     KafkaClientError,
 )
 from adapter.io.config import admin_config, check_kafka_config
-from adapter.io.errors import AUTH_CODES, FatalErrorWatch, client_error, make_client
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    client_error,
+    make_client,
+    permission_hint,
+)
 from adapter.io.topics import cluster_replication
 
 log = logging.getLogger("adapter.ops")
@@ -90,9 +96,13 @@ def _scrub(text: str, config: Mapping[str, Any]) -> str:
 
 
 def auth_error(config: Mapping[str, Any], what: str, detail: str, err: Any = None) -> Exception:
-    """An :class:`AuthenticationError` naming who was refused (never the password)."""
+    """An :class:`AuthenticationError` naming who was refused (never the password) and, for
+    an authorization refusal, the kind of permission missing."""
+    hint = permission_hint(err.code()) if isinstance(err, KafkaError) else ""
+    if hint and "missing permission" in detail:
+        hint = ""
     return AuthenticationError(
-        _scrub(f"{what}: refused for {principal(config)}: {detail}", config), kafka_error=err
+        _scrub(f"{what}: refused for {principal(config)}: {detail}{hint}", config), kafka_error=err
     )
 
 

@@ -59,6 +59,28 @@ _PERMANENT = _TOO_LARGE | {
 }
 
 
+#: authorization refusals -> (the resource, the operation usually missing)
+_NEEDS: dict[int, tuple[str, str]] = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: ("TOPIC", "READ or WRITE"),
+    KafkaError.GROUP_AUTHORIZATION_FAILED: ("GROUP", "READ"),
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ("TRANSACTIONAL_ID", "WRITE"),
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: ("CLUSTER", "the request's"),
+}
+
+
+def permission_hint(code: int, name: str | None = None, operation: str | None = None) -> str:
+    """``"; missing permission: READ on GROUP 'g' ..."`` for an authorization refusal
+    (``name``, ``operation``: where known), ``""`` for any other error code."""
+    if code not in _NEEDS:
+        return ""
+    resource, usual = _NEEDS[code]
+    target = f"{resource} {name!r}" if name else resource
+    return (
+        f"; missing permission: {operation or usual} on {target} "
+        "(rmq-kafka acl print --role ... lists each component's ACLs)"
+    )
+
+
 def is_permanent(err: Any) -> bool:
     return isinstance(err, KafkaError) and err.code() in _PERMANENT
 
@@ -136,7 +158,8 @@ def client_error(exc: BaseException, *, what: str) -> Exception:
         match = _PROPERTY.search(err.str())
         return ConfigError(match.group(1) if match else "config", None, err.str())
     if code in _AUTH:
-        return AuthenticationError(text, kafka_error=err)
+        hint = "" if "missing permission" in what else permission_hint(code)
+        return AuthenticationError(text + hint, kafka_error=err)
     if code in _UNREACHABLE:
         return BrokerUnavailableError(text, kafka_error=err)
     if code in _UNKNOWN_TOPIC:
@@ -303,6 +326,12 @@ class FatalErrorWatch:
             if k in ("bootstrap.servers", "security.protocol", "ssl.ca.location")
         }
 
+    def report(self, error: Exception) -> None:
+        """Remember ``error`` as if librdkafka had reported it now (an authorization
+        refusal met on a consumed record): ``current()`` gives it while it keeps coming."""
+        self.last = error
+        self._last_at = self._clock()
+
     def tls(self) -> TlsError | None:
         """The TLS failure librdkafka reported lately, if any."""
         current = self.current()
@@ -327,7 +356,8 @@ class FatalErrorWatch:
             self.last = tls_error(tls, self._config, err)
         elif code in _AUTH:
             self.last = AuthenticationError(
-                f"authentication/authorization failed: {err.str()}", kafka_error=err
+                f"authentication/authorization failed: {err.str()}{permission_hint(code)}",
+                kafka_error=err,
             )
         elif err.fatal():
             self.last = KafkaClientError(f"fatal client error: {err.str()}", kafka_error=err)

@@ -308,7 +308,14 @@ def ensure_with(
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 result[plan.logical] = False
                 continue
-            raise client_error(exc, what=f"creating topic {plan.logical}") from exc
+            what = f"creating topic {plan.logical}"
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                what += (
+                    f": the principal needs CREATE on TOPIC {plan.kafka_topic!r} (an ACL "
+                    "on the name or a prefix of it; see rmq-kafka acl print), or the topic "
+                    "made beforehand"
+                )
+            raise client_error(exc, what=what) from exc
     created = [p.logical for p in plans if result[p.logical]]
     if created:  # one line at INFO; each topic at DEBUG
         shown = ", ".join(created[:3]) + (

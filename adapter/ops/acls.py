@@ -33,6 +33,8 @@ __all__ = [
 ROLES: Final = ("consumer", "schedule-service", "producer", "console")
 #: the consumer group whose committed offsets mark what a DLQ redrive sent (services.dlq)
 REDRIVE_GROUP_PREFIX: Final = "rmq-dlq-redrive."
+#: the group ids of the admin commands' and the control channel's readers (io.admin)
+READER_GROUP_PREFIX: Final = "rmq-ops-reader-"
 _RESOURCES: Final = ("TOPIC", "GROUP", "TRANSACTIONAL_ID", "CLUSTER")
 _PATTERNS: Final = ("LITERAL", "PREFIXED")
 
@@ -87,6 +89,17 @@ def _service_group(namespace: str | None) -> str:
     )
 
 
+def _reader_groups() -> AclSpec:
+    return AclSpec(
+        "GROUP",
+        READER_GROUP_PREFIX,
+        "PREFIXED",
+        "DESCRIBE",
+        "the control channel's and admin commands' readers (assign only; librdkafka "
+        "looks up their coordinator)",
+    )
+
+
 def _topic(name: str, op: str, why: str, pattern: str = "LITERAL") -> AclSpec:
     return AclSpec("TOPIC", name, pattern, op, why)
 
@@ -136,6 +149,7 @@ def role_acls(
         out.append(_topic(levels, "WRITE", "send retries to the delay levels", "PREFIXED"))
         out.append(_topic(CONTROL_TOPIC, "READ", "forced offset resets (group reset --force)"))
         out.append(_topic(CONTROL_TOPIC, "WRITE", "acknowledge resets, circuit state"))
+        out.append(_reader_groups())
         create(retry, "create %RETRY% at start")
         create(dlq, "create %DLQ% at start")
         create(levels, "create the delay-level topics at start", "PREFIXED")
@@ -164,6 +178,7 @@ def role_acls(
             )
         create(levels, "create the delay-level topics at start", "PREFIXED")
         create(service_dlq, "create its %DLQ% at start")
+        create(naming.to_kafka(naming.retry_topic(service)), "create its %RETRY% at start")
     elif role == "producer":
         if not topics:
             raise ConfigError("topic", None, "the producer role needs the --topic(s) it sends to")
@@ -196,6 +211,7 @@ def role_acls(
         )
         out.append(_topic(retry, "WRITE", "dlq redrive (to %RETRY%; --to-origin: the origins)"))
         out.append(_topic(CONTROL_TOPIC, "WRITE", "group reset-offset --force"))
+        out.append(_reader_groups())
         create(CONTROL_TOPIC, "create the control topic on first use")
     return out
 
