@@ -202,9 +202,10 @@ def test_dropin_consumer_retries_and_dead_letters(kafka_tls: EmbeddedKafka) -> N
                 elif body == "dead":
                     c.reconsume_later(msg, delay_level=-1)  # straight to the DLQ
                 c.commit(message=msg)
-            return ("flaky", 1) in got and len(read_dlq(conf, group, timeout_s=2)) == 1
+            return ("flaky", 1) in got and ("dead", 0) in got
 
         wait_until(step, 90, "the retry and the dead letter")
+        wait_until(lambda: len(read_dlq(conf, group)) == 1, 60, "the dead letter")
     assert sorted(got) == [("dead", 0), ("flaky", 0), ("flaky", 1), ("ok", 0)]
     assert [e.message.body for e in read_dlq(conf, group)] == [b"dead"]
 
