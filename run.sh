@@ -5,6 +5,7 @@
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
+#   ./run.sh test-tls      the opt-in TLS tier: every component over SSL and SASL_SSL, TLS errors, ACL sets
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
@@ -81,6 +82,11 @@ case "$cmd" in
     setup
     echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
     RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --capture=sys tests/cluster "$@"
+    ;;
+  test-tls)
+    setup
+    echo "==> the TLS tier: every component over SSL and SASL_SSL, the TLS errors, each role's ACL set (minutes)"
+    RMQ_TLS_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 tests/tls "$@"
     ;;
   conformance)
     setup
