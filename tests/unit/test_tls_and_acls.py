@@ -317,3 +317,15 @@ def test_acl_print_apply_needs_a_principal(capsys: pytest.CaptureFixture[str]) -
     code = cli_main(["acl", "print", "--role", "producer", "--topic", "o", "--apply"])
     assert code == 2
     assert "--principal" in capsys.readouterr().err
+
+
+def test_the_docs_acl_listing_is_what_acl_print_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    command, listing = re.search(
+        r"```sh\n(rmq-kafka acl print [^\n]*)\n```\n\n```text\n(.*?)```", doc, re.S
+    ).groups()  # type: ignore[union-attr]
+    assert cli_main(shlex.split(command)[1:]) == 0
+    assert capsys.readouterr().out == listing
