@@ -12,6 +12,7 @@ instance lives in its own directory (``<home>/instances/<name>`` unless an expli
     server.log         broker log                    (a cluster: node-<id>/server.log)
     stdout.log         JVM stdout/stderr
     data/              log.dirs (KRaft metadata + topic data)
+    tls/               with ``tls=True``: the throw-away CA and the certificates (PEM)
 
 A cluster (``brokers=3``) is what production runs: the internal topics (offsets,
 transactions, share-group state) and new topics take replication factor 3 and
@@ -21,6 +22,10 @@ what the bounce tests do.
 Which node leads a partition or coordinates a group, and what is under-replicated, is asked
 over the Kafka protocol by the methods :class:`~adapter.embedded.metadata.ClusterMetadata`
 gives it.
+
+With ``tls=True`` every node also has an ``SSL`` and a ``SASL_SSL`` (SCRAM-SHA-256) listener;
+:meth:`EmbeddedKafka.client_config` gives a client's settings for each listener and
+:attr:`EmbeddedKafka.ca_location` the CA file (:mod:`adapter.embedded.tls`).
 
 ``start()`` is idempotent across processes: if ``state.json`` names live nodes that accept
 connections they are reused. The nodes are detached (own session), so they outlive the Python
@@ -219,7 +224,7 @@ class EmbeddedKafka(ClusterMetadata):
         nodes = config.get("nodes")
         brokers = len(nodes) if isinstance(nodes, dict) and nodes else 1
         tls = bool(config_tls_ports(config, brokers))
-        mutual = bool((read_json(probe.state_file) or {}).get("mutual_tls"))
+        mutual = bool(config.get("mutual_tls"))
         if brokers == 1 and not tls:
             return probe
         return cls(
@@ -574,6 +579,7 @@ class EmbeddedKafka(ClusterMetadata):
                     }
                     for i, (p, c) in ports.items()
                 },
+                **({"mutual_tls": True} if self.mutual_tls else {}),
             }
             for node in self.nodes:
                 node.write_configs(self._properties(node.node_id, ports, tls_ports))
