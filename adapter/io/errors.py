@@ -276,7 +276,13 @@ def tls_error(text: str, config: Mapping[str, Any] | None = None, err: Any = Non
     )
     protocol = str(config.get("security.protocol", "SSL")).upper()
     lower = text.lower()
-    if "plaintext broker listener" in lower or "wrong version number" in lower:
+    # a plaintext listener answers a ClientHello by closing the connection (librdkafka adds
+    # "connecting to a PLAINTEXT broker listener?" only to some of those lines)
+    if (
+        "plaintext broker listener" in lower
+        or "wrong version number" in lower
+        or ("connection closed by peer" in lower and "ssl_handshake" in lower)
+    ):
         cause = (
             f"the listener does not speak TLS (security.protocol={protocol} against a "
             "PLAINTEXT or SASL_PLAINTEXT listener?): check bootstrap.servers and "

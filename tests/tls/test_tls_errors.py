@@ -178,14 +178,21 @@ def test_cli_commands_report_a_wrong_ca_in_one_line(
     assert elapsed < LIMIT_S, elapsed
 
 
-def test_the_producers_failure_is_logged_through_python_logging(
-    kafka_tls: EmbeddedKafka, other_ca: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("client", ["push-consumer", "drop-in"])
+def test_the_handshake_failure_is_logged_through_python_logging(
+    kafka_tls: EmbeddedKafka,
+    other_ca: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+    client: str,
 ) -> None:
     """librdkafka's own line reaches Python logging, from the admin client at a consumer's
-    start too (not only from a producer's poll thread)."""
+    start and from the drop-in's own consumer too (not only from a producer's poll thread),
+    and nothing of it is written raw to stderr."""
     conf = {**kafka_tls.client_config("SSL"), "ssl.ca.location": str(other_ca)}
     with caplog.at_level("INFO", logger="adapter.librdkafka"), pytest.raises(TlsError):
-        _push(conf)
+        CLIENTS[client](conf)
+    assert "|FAIL|rdkafka#" not in capfd.readouterr().err
     lines = [r.getMessage() for r in caplog.records if r.name == "adapter.librdkafka"]
     assert any("SSL handshake failed" in line for line in lines), lines
 

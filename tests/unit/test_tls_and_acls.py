@@ -75,6 +75,15 @@ def test_a_plaintext_port_is_named_with_the_protocol() -> None:
     assert "ssl.ca.location='/etc/kafka/ca.pem' was not reached" in text
 
 
+def test_a_connection_closed_in_the_handshake_is_a_plaintext_port_too() -> None:
+    closed = (
+        "ssl://127.0.0.1:9092/bootstrap: Disconnected: SSL connection closed by peer "
+        "(after 1ms in state SSL_HANDSHAKE)"
+    )
+    assert tls_failure(KafkaError(KafkaError._TRANSPORT, closed)) == closed
+    assert "does not speak TLS" in str(tls_error(closed, CONF))
+
+
 def test_a_refused_client_certificate_names_the_certificate_settings() -> None:
     text = str(tls_error(NO_CLIENT_CERT, CONF))
     assert "refused this client's certificate" in text
