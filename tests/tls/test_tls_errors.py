@@ -236,3 +236,27 @@ def test_an_expired_broker_certificate_is_named(mtls: EmbeddedKafka) -> None:
     error, _ = _fails_fast(lambda: _producer(conf))
     text = str(error)
     assert "TLS handshake" in text and "expired" in text and "ssl.ca.location" in text, text
+
+
+def test_a_consumer_that_creates_no_topics_reports_the_tls_failure_from_check_alive(
+    kafka_tls: EmbeddedKafka, other_ca: Path
+) -> None:
+    """Without topic creation at ``start()`` nothing is asked before the loop runs: the
+    loop's own consumer meets the handshake failure and ``check_alive()`` raises it."""
+    conf = {**kafka_tls.client_config("SSL"), "ssl.ca.location": str(other_ca)}
+    consumer = PushConsumer({**conf, "group.id": f"g-{uid()}"}, auto_create_topics=False)
+    consumer.subscribe(f"t-{uid()}")
+    consumer.register_message_listener(lambda m, c: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    consumer.start()
+    try:
+
+        def alive() -> None:
+            deadline = time.monotonic() + LIMIT_S
+            while time.monotonic() < deadline:  # then: DID NOT RAISE
+                consumer.check_alive()
+                time.sleep(0.1)
+
+        error, _ = _fails_fast(alive)
+    finally:
+        consumer.shutdown()
+    assert "certificate verification failed" in str(error) and str(other_ca) in str(error)
