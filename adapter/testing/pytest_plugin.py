@@ -16,6 +16,10 @@ started on first use, one per session (per xdist worker), every node brought bac
 test that used it. ``kafka_cluster_bootstrap_servers`` is ``$KAFKA_CLUSTER_BOOTSTRAP_SERVERS``
 (an external cluster) when set, else that cluster's.
 
+A TLS broker (fixture ``kafka_tls``): an embedded node with ``SSL`` and ``SASL_SSL`` listeners
+beside its plaintext one, certificates from a throw-away CA; started on first use, one per
+session (per xdist worker); ``kafka_tls.client_config("SSL")`` gives a client's settings.
+
 Registered as the ``rmq_kafka`` pytest11 entry point; without the package installed use
 ``-p adapter.testing.pytest_plugin`` (not both: pytest refuses one module under two names).
 Importing this module has no side effects.
