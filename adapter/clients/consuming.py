@@ -284,7 +284,7 @@ class GroupConsumer:
         self.publisher.producer  # noqa: B018 - created now: a bad config fails start()
         topics = list(self.filters)
         # before subscribing: what is sent from now on is read, even to a topic created later
-        self.starts.take_ends(self._consumer, topics)
+        self.starts.take_ends(self._consumer, topics, self.errors)
         if self.settings.clustering:
             self._subscribe()
         else:

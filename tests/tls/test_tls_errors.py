@@ -238,25 +238,19 @@ def test_an_expired_broker_certificate_is_named(mtls: EmbeddedKafka) -> None:
     assert "TLS handshake" in text and "expired" in text and "ssl.ca.location" in text, text
 
 
-def test_a_consumer_that_creates_no_topics_reports_the_tls_failure_from_check_alive(
+def test_a_consumer_that_creates_no_topics_fails_its_start_fast_too(
     kafka_tls: EmbeddedKafka, other_ca: Path
 ) -> None:
-    """Without topic creation at ``start()`` nothing is asked before the loop runs: the
-    loop's own consumer meets the handshake failure and ``check_alive()`` raises it."""
+    """Without topic creation at ``start()`` the first request is the end offsets of the
+    subscribed topics (``CONSUME_FROM_LAST_OFFSET``): it fails fast too (it waited 10 s and
+    then started a consumer that could not connect)."""
     conf = {**kafka_tls.client_config("SSL"), "ssl.ca.location": str(other_ca)}
     consumer = PushConsumer({**conf, "group.id": f"g-{uid()}"}, auto_create_topics=False)
     consumer.subscribe(f"t-{uid()}")
     consumer.register_message_listener(lambda m, c: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
-    consumer.start()
     try:
-
-        def alive() -> None:
-            deadline = time.monotonic() + LIMIT_S
-            while time.monotonic() < deadline:  # then: DID NOT RAISE
-                consumer.check_alive()
-                time.sleep(0.1)
-
-        error, _ = _fails_fast(alive)
+        error, elapsed = _fails_fast(consumer.start)
     finally:
         consumer.shutdown()
+    assert elapsed < 5, elapsed
     assert "certificate verification failed" in str(error) and str(other_ca) in str(error)
