@@ -7,6 +7,7 @@
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium)
 #   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service
+#   ./run.sh test-tls      the opt-in TLS tier: every component over SSL and SASL_SSL, TLS errors, ACL sets
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)
 #   ./run.sh setup   only the set-up
@@ -85,6 +86,11 @@ case "$cmd" in
     echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
     RMQ_CLUSTER_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --capture=sys tests/cluster "$@"
     ;;
+  test-tls)
+    setup
+    echo "==> the TLS tier: every component over SSL and SASL_SSL, the TLS errors, each role's ACL set (minutes)"
+    RMQ_TLS_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 tests/tls "$@"
+    ;;
   conformance)
     setup
     echo "==> RocketMQ $(sed -n 's:.*<artifactId>rocketmq-broker</artifactId><version>\(.*\)</version>.*:\1:p' tests/conformance/java/pom.xml) jars (from Maven Central, cached in $RMQ_KAFKA_HOME) and the scenario runner"
@@ -133,7 +139,7 @@ case "$cmd" in
     NO_MKDOCS_2_WARNING=1 exec "$VENV/bin/mkdocs" build --strict "$@"
     ;;
   *)
-    sed -n '2,12p' "$0"
+    sed -n '2,13p' "$0"
     exit 2
     ;;
 esac

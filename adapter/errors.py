@@ -120,6 +120,13 @@ class BrokerUnavailableError(KafkaClientError):
     """No broker could be reached at ``bootstrap.servers``."""
 
 
+class TlsError(BrokerUnavailableError):
+    """A TLS connection to a broker failed: the handshake was refused, the broker's
+    certificate was not verified against ``ssl.ca.location`` (another CA, expired, another
+    host), or a TLS client met a listener that does not speak TLS.  The message names the
+    cause and the settings to check; ``kafka_error`` is librdkafka's report."""
+
+
 class AuthenticationError(KafkaClientError):
     """The broker rejected the credentials (SASL/SSL) or the principal lacks an ACL."""
 

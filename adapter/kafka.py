@@ -102,7 +102,7 @@ from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options, check_group_protocol
 from adapter.io.control import StatusPublisher
-from adapter.io.errors import error_text, refusal_of
+from adapter.io.errors import LIBRDKAFKA_LOG, error_text, refusal_of
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import is_cooperative, refresh_if_any_exists
 from adapter.io.publisher import Publisher
@@ -195,6 +195,9 @@ class Consumer(confluent_kafka.Consumer):
         # the adapter stores offsets itself, never past a message being handed back
         self._auto_store = truthy(raw.get("enable.auto.offset.store", True))
         raw["enable.auto.offset.store"] = False
+        # librdkafka's own lines (a failed TLS handshake...) through Python logging, as
+        # every client of the project, unless the application brings its logger
+        raw.setdefault("logger", LIBRDKAFKA_LOG)
         super().__init__(raw)
         assert isinstance(opts.delay_levels, DelayLevels)
         self._opts = opts

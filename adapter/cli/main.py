@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 
 import adapter
 from adapter.cli import (
+    acl,
     analytics,
     bench,
     broker,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     msg.add_parser(sub)
     schedule.add_status_parser(sub)
     console.add_parser(sub)
+    acl.add_parser(sub)
     demo.add_parser(sub)
     analytics.add_parser(sub)
     bench.add_parser(sub)

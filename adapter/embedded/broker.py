@@ -12,6 +12,7 @@ instance lives in its own directory (``<home>/instances/<name>`` unless an expli
     server.log         broker log                    (a cluster: node-<id>/server.log)
     stdout.log         JVM stdout/stderr
     data/              log.dirs (KRaft metadata + topic data)
+    tls/               with ``tls=True``: the throw-away CA and the certificates (PEM)
 
 A cluster (``brokers=3``) is what production runs: the internal topics (offsets,
 transactions, share-group state) and new topics take replication factor 3 and
@@ -21,6 +22,10 @@ what the bounce tests do.
 Which node leads a partition or coordinates a group, and what is under-replicated, is asked
 over the Kafka protocol by the methods :class:`~adapter.embedded.metadata.ClusterMetadata`
 gives it.
+
+With ``tls=True`` every node also has an ``SSL`` and a ``SASL_SSL`` (SCRAM-SHA-256) listener;
+:meth:`EmbeddedKafka.client_config` gives a client's settings for each listener and
+:attr:`EmbeddedKafka.ca_location` the CA file (:mod:`adapter.embedded.tls`).
 
 ``start()`` is idempotent across processes: if ``state.json`` names live nodes that accept
 connections they are reused. The nodes are detached (own session), so they outlive the Python
@@ -41,8 +46,10 @@ from types import TracebackType
 from typing import Any
 
 from adapter.embedded.config import (
+    TlsListeners,
     security_settings,
     server_properties,
+    tls_properties,
 )
 from adapter.embedded.jars import (
     HOME_ENV,
@@ -70,13 +77,23 @@ from adapter.embedded.node import (
     reap,
     wait_dead,
 )
-from adapter.embedded.state import BrokerStatus, config_ports, node_entry, read_json, write_json
+from adapter.embedded.state import (
+    BrokerStatus,
+    config_ports,
+    config_tls_ports,
+    node_entry,
+    read_json,
+    write_json,
+)
+from adapter.embedded.tls import TlsFiles, make_certificates
 from adapter.errors import ConfigError
 
 __all__ = [
     "DEFAULT_INSTANCE",
+    "DEFAULT_TLS_USERS",
     "HOME_ENV",
     "KAFKA_VERSION",
+    "PROTOCOLS",
     "BrokerStatus",
     "EmbeddedKafka",
     "EmbeddedKafkaError",
@@ -94,6 +111,10 @@ __all__ = [
 ]
 
 DEFAULT_INSTANCE = "default"
+#: the SCRAM user of a TLS instance's ``SASL_SSL`` listener when no ``scram_users`` are given
+DEFAULT_TLS_USERS: Mapping[str, str] = {"admin": "admin-secret"}
+#: the security protocols a client may ask :meth:`EmbeddedKafka.client_config` for
+PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 MAX_BROKERS = 9
 
 _PORT_RETRIES = 2
@@ -130,6 +151,8 @@ class EmbeddedKafka(ClusterMetadata):
         instances_dir: str | os.PathLike[str] | None = None,
         port: int | None = None,
         jvm_options: Sequence[str] = (),
+        tls: bool = False,
+        mutual_tls: bool = False,
     ) -> None:
         if not _NAME_RE.match(name):
             raise ConfigError("name", name, "invalid instance name (use letters, digits, . _ -)")
@@ -165,6 +188,16 @@ class EmbeddedKafka(ClusterMetadata):
         self.scram_users: dict[str, str] = dict(scram_users or {})
         #: With SCRAM users: enforce ACLs (StandardAuthorizer, deny when no ACL matches).
         self.authorizer = authorizer
+        #: ``SSL`` and ``SASL_SSL`` listeners besides the plaintext one, with certificates
+        #: from a throw-away CA made at the first (and every fresh) start
+        self.tls = tls or mutual_tls
+        #: the ``SSL`` listener requires a client certificate (signed by the same CA)
+        self.mutual_tls = mutual_tls
+        #: who may log in over SASL: ``scram_users``, or for a TLS instance without them
+        #: :data:`DEFAULT_TLS_USERS` (on its ``SASL_SSL`` listener only)
+        self.sasl_users: dict[str, str] = self.scram_users or (
+            dict(DEFAULT_TLS_USERS) if self.tls else {}
+        )
         if authorizer and not self.scram_users:
             raise ConfigError(
                 "authorizer", authorizer, "needs scram_users (the first one is the super user)"
@@ -190,9 +223,13 @@ class EmbeddedKafka(ClusterMetadata):
         config = read_json(probe._config_file) or {}
         nodes = config.get("nodes")
         brokers = len(nodes) if isinstance(nodes, dict) and nodes else 1
-        if brokers == 1:
+        tls = bool(config_tls_ports(config, brokers))
+        mutual = bool(config.get("mutual_tls"))
+        if brokers == 1 and not tls:
             return probe
-        return cls(name, home, brokers=brokers, instances_dir=instances_dir)
+        return cls(
+            name, home, brokers=brokers, instances_dir=instances_dir, tls=tls, mutual_tls=mutual
+        )
 
     # ---- paths -------------------------------------------------------------------------------
 
@@ -213,6 +250,62 @@ class EmbeddedKafka(ClusterMetadata):
     @property
     def stdout_log(self) -> Path:
         return self.nodes[0].stdout_log
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        """Where a TLS instance's PEM files are (``tls/`` in the instance's folder)."""
+        return TlsFiles(self.instance_dir / "tls")
+
+    @property
+    def ca_location(self) -> Path:
+        """The CA certificate (PEM) clients of the TLS listeners trust: librdkafka's
+        ``ssl.ca.location``, Spark's ``kafka.ssl.truststore.location``."""
+        if not self.tls:
+            raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} has no TLS (tls=True)")
+        return self.tls_files.ca
+
+    def listener(self, protocol: str) -> str:
+        """Bootstrap of the running instance's listener for ``protocol`` (``PLAINTEXT`` or
+        ``SASL_PLAINTEXT``: the node's own, ``SSL``, ``SASL_SSL``)."""
+        protocol = protocol.upper()
+        if protocol not in PROTOCOLS:
+            raise ConfigError("security.protocol", protocol, f"expected one of {PROTOCOLS}")
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+            own = "SASL_PLAINTEXT" if self.scram_users else "PLAINTEXT"
+            if protocol != own:
+                raise ConfigError(
+                    "security.protocol", protocol, f"this instance's own listener is {own}"
+                )
+            return self.bootstrap_servers
+        state = read_json(self.state_file)
+        if state is None:
+            raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
+        listeners = state.get("listeners") or {}
+        if protocol not in listeners:
+            raise EmbeddedKafkaError(
+                f"embedded Kafka {self.name!r} has no {protocol} listener (start it with tls=True)"
+            )
+        return str(listeners[protocol])
+
+    def client_config(
+        self, protocol: str | None = None, user: str | None = None
+    ) -> dict[str, str]:
+        """``bootstrap.servers`` and the security settings of a client of the listener for
+        ``protocol`` (default: the node's own): the SCRAM login of ``user`` (default the
+        first user) for the SASL ones, ``ssl.ca.location`` for the TLS ones and, on a
+        mutual-TLS instance's ``SSL`` listener, the client certificate and key."""
+        own = "SASL_PLAINTEXT" if self.scram_users else "PLAINTEXT"
+        protocol = (protocol or own).upper()
+        conf = {"bootstrap.servers": self.listener(protocol)}
+        if protocol.startswith("SASL"):
+            conf.update(security_settings(self.sasl_users, user))
+        conf["security.protocol"] = protocol
+        if protocol in ("SSL", "SASL_SSL"):
+            conf["ssl.ca.location"] = str(self.ca_location)
+        if protocol == "SSL" and self.mutual_tls:
+            conf["ssl.certificate.location"] = str(self.tls_files.client_certificate)
+            conf["ssl.key.location"] = str(self.tls_files.client_key)
+        return conf
 
     @property
     def _config_file(self) -> Path:
@@ -360,16 +453,29 @@ class EmbeddedKafka(ClusterMetadata):
 
     # ---- configuration ---------------------------------------------------------------------
 
-    def _properties(self, node_id: int, ports: Mapping[int, tuple[int, int]]) -> dict[str, str]:
-        return server_properties(
+    def _properties(
+        self,
+        node_id: int,
+        ports: Mapping[int, tuple[int, int]],
+        tls_ports: Mapping[int, tuple[int, int]],
+    ) -> dict[str, str]:
+        props = server_properties(
             node_id,
             ports,
             brokers=self.brokers,
             log_dir=self.node(node_id).data_dir,
             scram_users=self.scram_users,
             authorizer=self.authorizer,
-            extra=self.extra_properties,
+            extra={},
         )
+        if self.tls:
+            ssl_port, sasl_ssl_port = tls_ports[node_id]
+            props = tls_properties(
+                props,
+                TlsListeners(ssl_port, sasl_ssl_port, self.tls_files, mutual=self.mutual_tls),
+            )
+        props.update(self.extra_properties)  # last: it wins
+        return props
 
     def _reach(self) -> tuple[str, dict[str, str]]:
         return self.bootstrap_servers, self.client_security()
@@ -451,23 +557,39 @@ class EmbeddedKafka(ClusterMetadata):
                 "broker or process listens there); stop it or choose another --port"
             )
 
+        tls_ports = self._tls_ports(config, keep=keep_ports or formatted, avoid=ports)
+        if self.tls and (not formatted or not self.tls_files.complete()):
+            make_certificates(self.tls_files.directory)
+
         # the previous processes are dead before we relaunch, so retrying fixed ports once
         # is enough
         attempts = 2 if keep_ports else 1 + _PORT_RETRIES
         for attempt in range(attempts):
             config = {
                 "cluster_id": config["cluster_id"],
-                "nodes": {str(i): {"port": p, "controller_port": c} for i, (p, c) in ports.items()},
+                "nodes": {
+                    str(i): {
+                        "port": p,
+                        "controller_port": c,
+                        **(
+                            {"ssl_port": tls_ports[i][0], "sasl_ssl_port": tls_ports[i][1]}
+                            if i in tls_ports
+                            else {}
+                        ),
+                    }
+                    for i, (p, c) in ports.items()
+                },
+                **({"mutual_tls": True} if self.mutual_tls else {}),
             }
             for node in self.nodes:
-                node.write_configs(self._properties(node.node_id, ports))
+                node.write_configs(self._properties(node.node_id, ports, tls_ports))
             if not formatted:
                 for node in self.nodes:
-                    node.format(lib, str(config["cluster_id"]), self.scram_users)
+                    node.format(lib, str(config["cluster_id"]), self.sasl_users)
                 formatted = True
             write_json(self._config_file, config)
             try:
-                return self._spawn_all(lib, ports, timeout)
+                return self._spawn_all(lib, ports, tls_ports, timeout)
             except EmbeddedKafkaError:
                 if attempt + 1 >= attempts or not any(n.address_in_use() for n in self.nodes):
                     raise
@@ -477,7 +599,24 @@ class EmbeddedKafka(ClusterMetadata):
                 else:
                     # KRaft static voters live in the config only: ports may move
                     ports = self._fresh_ports()
+                    tls_ports = self._tls_ports({}, keep=False, avoid=ports)
         raise AssertionError("unreachable")
+
+    def _tls_ports(
+        self, config: Mapping[str, Any], *, keep: bool, avoid: Mapping[int, tuple[int, int]]
+    ) -> dict[int, tuple[int, int]]:
+        """Node id -> (``SSL`` port, ``SASL_SSL`` port) of a TLS instance (empty without
+        TLS): the previous ones while they are free, else new free ports."""
+        if not self.tls:
+            return {}
+        old = config_tls_ports(config, self.brokers)
+        if keep and len(old) == self.brokers and not any(
+            port_open(p) for pair in old.values() for p in pair
+        ):
+            return old
+        used = {p for pair in avoid.values() for p in pair}
+        flat = [p for p in free_ports(2 * self.brokers + len(used)) if p not in used]
+        return {n.node_id: (flat[2 * k], flat[2 * k + 1]) for k, n in enumerate(self.nodes)}
 
     def _fresh_ports(self) -> dict[int, tuple[int, int]]:
         if self.port is not None:  # clients on the ports asked for, controllers on free ones
@@ -486,8 +625,24 @@ class EmbeddedKafka(ClusterMetadata):
         flat = free_ports(2 * self.brokers)
         return {n.node_id: (flat[2 * k], flat[2 * k + 1]) for k, n in enumerate(self.nodes)}
 
-    def _spawn_all(self, lib: Path, ports: Mapping[int, tuple[int, int]], timeout: float) -> str:
+    def _spawn_all(
+        self,
+        lib: Path,
+        ports: Mapping[int, tuple[int, int]],
+        tls_ports: Mapping[int, tuple[int, int]],
+        timeout: float,
+    ) -> str:
         bootstrap = ",".join(f"{HOST}:{ports[n.node_id][0]}" for n in self.nodes)
+        tls_state: dict[str, Any] = {}
+        if tls_ports:
+            tls_state = {
+                "listeners": {
+                    protocol: ",".join(f"{HOST}:{tls_ports[n.node_id][k]}" for n in self.nodes)
+                    for k, protocol in enumerate(("SSL", "SASL_SSL"))
+                },
+                "ca_location": str(self.tls_files.ca),
+                "mutual_tls": self.mutual_tls,
+            }
         started = time.monotonic()
         pids = {n.node_id: n.spawn(lib) for n in self.nodes}
         write_json(
@@ -507,6 +662,7 @@ class EmbeddedKafka(ClusterMetadata):
                     str(i): {"pid": pid, "port": ports[i][0], "controller_port": ports[i][1]}
                     for i, pid in pids.items()
                 },
+                **tls_state,
             },
         )
         try:
@@ -564,8 +720,10 @@ class EmbeddedKafka(ClusterMetadata):
 # --------------------------------------------------------------------------------------------
 
 
-def start_default(home: str | os.PathLike[str] | None = None, *, brokers: int = 1) -> str:
-    return EmbeddedKafka(DEFAULT_INSTANCE, home, brokers=brokers).start()
+def start_default(
+    home: str | os.PathLike[str] | None = None, *, brokers: int = 1, tls: bool = False
+) -> str:
+    return EmbeddedKafka(DEFAULT_INSTANCE, home, brokers=brokers, tls=tls).start()
 
 
 def stop_default(home: str | os.PathLike[str] | None = None) -> bool:

@@ -5,11 +5,20 @@ and ACLs) and the settings a client needs to reach it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from adapter.embedded.node import HOST
+from adapter.embedded.tls import TlsFiles
 
-__all__ = ["OFFSETS_PARTITIONS", "TRANSACTION_PARTITIONS", "security_settings", "server_properties"]
+__all__ = [
+    "OFFSETS_PARTITIONS",
+    "TRANSACTION_PARTITIONS",
+    "TlsListeners",
+    "security_settings",
+    "server_properties",
+    "tls_properties",
+]
 
 #: partitions of Kafka's internal topics here (Kafka's defaults, 50, are slow to create)
 OFFSETS_PARTITIONS = 10
@@ -113,6 +122,55 @@ def server_properties(
             )
     props.update(extra)
     return props
+
+
+@dataclass(frozen=True)
+class TlsListeners:
+    """A node's TLS listeners: ``SSL`` on ``ssl_port`` (client certificates required with
+    ``mutual``), ``SASL_SSL`` (SCRAM-SHA-256 with ``scram_users``) on ``sasl_ssl_port``."""
+
+    ssl_port: int
+    sasl_ssl_port: int
+    files: TlsFiles
+    mutual: bool = False
+
+
+def tls_properties(props: Mapping[str, str], tls: TlsListeners) -> dict[str, str]:
+    """``props`` (of :func:`server_properties`) with the ``SSL`` and ``SASL_SSL`` listeners
+    added beside the node's own; Kafka reads the PEM files directly (``ssl.keystore.type=PEM``:
+    the private key and the certificate chain in one file, ``ssl.truststore.type=PEM``)."""
+    out = dict(props)
+    listeners = out["listeners"].split(",")
+    out["listeners"] = ",".join(
+        [
+            *listeners,
+            f"SSL://{HOST}:{tls.ssl_port}",
+            f"SASL_SSL://{HOST}:{tls.sasl_ssl_port}",
+        ]
+    )
+    out["advertised.listeners"] = ",".join(
+        [
+            out["advertised.listeners"],
+            f"SSL://{HOST}:{tls.ssl_port}",
+            f"SASL_SSL://{HOST}:{tls.sasl_ssl_port}",
+        ]
+    )
+    out["listener.security.protocol.map"] += ",SSL:SSL,SASL_SSL:SASL_SSL"
+    out.update(
+        {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tls.files.broker_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.files.ca),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "listener.name.ssl.ssl.client.auth": "required" if tls.mutual else "none",
+            "listener.name.sasl_ssl.ssl.client.auth": "none",
+        }
+    )
+    return out
 
 
 def security_settings(scram_users: Mapping[str, str], user: str | None = None) -> dict[str, str]:

@@ -13,7 +13,14 @@ from typing import Any
 
 from adapter.embedded.node import NodeStatus
 
-__all__ = ["BrokerStatus", "config_ports", "node_entry", "read_json", "write_json"]
+__all__ = [
+    "BrokerStatus",
+    "config_ports",
+    "config_tls_ports",
+    "node_entry",
+    "read_json",
+    "write_json",
+]
 
 
 @dataclass(frozen=True)
@@ -65,3 +72,15 @@ def config_ports(config: Mapping[str, Any], brokers: int) -> dict[int, tuple[int
         # written by a single-broker version of this module
         return {1: (int(config["port"]), int(config["controller_port"]))}
     return {}
+
+
+def config_tls_ports(config: Mapping[str, Any], brokers: int) -> dict[int, tuple[int, int]]:
+    """Node id -> (``SSL`` port, ``SASL_SSL`` port) of a TLS instance's ``instance.json``."""
+    nodes = config.get("nodes")
+    if not isinstance(nodes, dict):
+        return {}
+    return {
+        int(i): (int(p["ssl_port"]), int(p["sasl_ssl_port"]))
+        for i, p in nodes.items()
+        if 1 <= int(i) <= brokers and "ssl_port" in p and "sasl_ssl_port" in p
+    }

@@ -43,6 +43,7 @@ from adapter.io.errors import (
     FatalErrorWatch,
     client_error,
     make_client,
+    permission_hint,
 )
 from adapter.io.topics import cluster_replication
 
@@ -97,9 +98,13 @@ def _scrub(text: str, config: Mapping[str, Any]) -> str:
 
 
 def auth_error(config: Mapping[str, Any], what: str, detail: str, err: Any = None) -> Exception:
-    """An :class:`AuthenticationError` naming who was refused (never the password)."""
+    """An :class:`AuthenticationError` naming who was refused (never the password) and, for
+    an authorization refusal, the kind of permission missing."""
+    hint = permission_hint(err.code()) if isinstance(err, KafkaError) else ""
+    if hint and "missing permission" in detail:
+        hint = ""
     return AuthenticationError(
-        _scrub(f"{what}: refused for {principal(config)}: {detail}", config), kafka_error=err
+        _scrub(f"{what}: refused for {principal(config)}: {detail}{hint}", config), kafka_error=err
     )
 
 
@@ -127,7 +132,7 @@ class AdminSession:
         # librdkafka's own log lines go to this logger (the CLI silences it unless -v)
         self.config.setdefault("logger", CLIENT_LOG)
         self.timeout_s = timeout_s
-        self.watch = FatalErrorWatch(self.config.get("error_cb"))
+        self.watch = FatalErrorWatch(self.config.get("error_cb"), config=self.config)
         conf = admin_config(self.config)
         conf["error_cb"] = self.watch
         # looking a name up must never create it (brokers with auto.create.topics.enable)
@@ -146,6 +151,9 @@ class AdminSession:
     def error(self, exc: BaseException, what: str) -> Exception:
         """The adapter error for a failed call; a refused login names the user."""
         self.admin.poll(0)
+        tls = self.watch.tls()
+        if tls is not None:
+            return tls
         fatal = self._fatal()
         if fatal is not None:
             return auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))
@@ -171,11 +179,14 @@ class AdminSession:
         return current if isinstance(current, AuthenticationError) else None
 
     def check(self, what: str) -> None:
-        """Raise the authentication error librdkafka reported, if any; and, when no broker
-        has answered since the start and librdkafka has found every one of them down for
-        :data:`UNREACHABLE_S`, that no broker can be reached (a wrong address or a stopped
-        cluster says so in seconds, not after ``timeout_s``)."""
+        """Raise the authentication or TLS error librdkafka reported, if any; and, when no
+        broker has answered since the start and librdkafka has found every one of them down
+        for :data:`UNREACHABLE_S`, that no broker can be reached (a wrong address or a
+        stopped cluster says so in seconds, not after ``timeout_s``)."""
         self.admin.poll(0)
+        tls = self.watch.tls()
+        if tls is not None:
+            raise tls
         fatal = self._fatal()
         if fatal is not None:
             raise auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -19,6 +19,7 @@ from adapter.errors import (
     MessageTooLargeError,
     PossiblyPersistedError,
     SendError,
+    TlsError,
     UnknownTopicError,
 )
 
@@ -60,6 +61,28 @@ _PERMANENT = _TOO_LARGE | {
     KafkaError.POLICY_VIOLATION,
     KafkaError.RECORD_LIST_TOO_LARGE,
 }
+
+
+#: authorization refusals -> (the resource, the operation usually missing)
+_NEEDS: dict[int, tuple[str, str]] = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: ("TOPIC", "READ or WRITE"),
+    KafkaError.GROUP_AUTHORIZATION_FAILED: ("GROUP", "READ"),
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ("TRANSACTIONAL_ID", "WRITE"),
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: ("CLUSTER", "the request's"),
+}
+
+
+def permission_hint(code: int, name: str | None = None, operation: str | None = None) -> str:
+    """``"; missing permission: READ on GROUP 'g' ..."`` for an authorization refusal
+    (``name``, ``operation``: where known), ``""`` for any other error code."""
+    if code not in _NEEDS:
+        return ""
+    resource, usual = _NEEDS[code]
+    target = f"{resource} {name!r}" if name else resource
+    return (
+        f"; missing permission: {operation or usual} on {target} "
+        "(rmq-kafka acl print --role ... lists each component's ACLs)"
+    )
 
 
 def is_permanent(err: Any) -> bool:
@@ -139,7 +162,8 @@ def client_error(exc: BaseException, *, what: str) -> Exception:
         match = _PROPERTY.search(err.str())
         return ConfigError(match.group(1) if match else "config", None, err.str())
     if code in _AUTH:
-        return AuthenticationError(text, kafka_error=err)
+        hint = "" if "missing permission" in what else permission_hint(code)
+        return AuthenticationError(text + hint, kafka_error=err)
     if code in _UNREACHABLE:
         return BrokerUnavailableError(text, kafka_error=err)
     if code in _UNKNOWN_TOPIC:
@@ -230,14 +254,103 @@ def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
         raise ConfigError("config", None, f"{what}: {exc}") from exc
 
 
-class FatalErrorWatch:
-    """An ``error_cb`` that remembers authentication / unreachable errors for fail-fast."""
+#: librdkafka's words for a TLS connection that failed (its error code is ``_SSL`` for a
+#: certificate that was not verified, ``_TRANSPORT`` for a listener that does not speak TLS)
+#: ``_TRANSPORT`` too for a client certificate the broker refused (an OpenSSL alert)
+_TLS_MARKS = ("SSL handshake failed", "SSL connection closed", "SSL routines", "ssl/tls alert")
+_BROKER_PREFIX = re.compile(r"^(\w+://[^/\s]+|[^/\s]+)(?:/\S*)?: ")
 
-    def __init__(self, user_cb: Any = None, clock: Any = time.monotonic) -> None:
+
+def tls_failure(err: Any) -> str | None:
+    """librdkafka's text when ``err`` reports a failed TLS handshake, else ``None``."""
+    if not isinstance(err, KafkaError):
+        return None
+    text = str(err.str())
+    if err.code() == KafkaError._SSL or any(mark in text for mark in _TLS_MARKS):
+        return text
+    return None
+
+
+def tls_error(text: str, config: Mapping[str, Any] | None = None, err: Any = None) -> TlsError:
+    """The :class:`TlsError` of librdkafka's report ``text``: the cause in words, and the
+    settings to check, ``ssl.ca.location`` always named (with its value when set)."""
+    config = config or {}
+    match = _BROKER_PREFIX.match(text)
+    where = match.group(1) if match else str(config.get("bootstrap.servers", "the broker"))
+    ca = config.get("ssl.ca.location")
+    ca_text = (
+        f"ssl.ca.location={ca!r}"
+        if ca
+        else "ssl.ca.location (not set: the system's CA certificates were used)"
+    )
+    protocol = str(config.get("security.protocol", "SSL")).upper()
+    lower = text.lower()
+    # a plaintext listener answers a ClientHello by closing the connection (librdkafka adds
+    # "connecting to a PLAINTEXT broker listener?" only to some of those lines)
+    if (
+        "plaintext broker listener" in lower
+        or "wrong version number" in lower
+        or ("connection closed by peer" in lower and "ssl_handshake" in lower)
+    ):
+        cause = (
+            f"the listener does not speak TLS (security.protocol={protocol} against a "
+            "PLAINTEXT or SASL_PLAINTEXT listener?): check bootstrap.servers and "
+            f"security.protocol; {ca_text} was not reached"
+        )
+    elif "expired" in lower:
+        cause = (
+            f"certificate verification failed: a certificate has expired (checked with {ca_text})"
+        )
+    elif "certificate verify failed" in lower or "could not be verified" in lower:
+        cause = (
+            "certificate verification failed: the broker's certificate is not signed by a CA "
+            f"in {ca_text} (or names another host, or has expired)"
+        )
+    elif "certificate required" in lower or "bad certificate" in lower or "alert" in lower:
+        cause = (
+            "the broker refused this client's certificate (mutual TLS): check "
+            "ssl.certificate.location and ssl.key.location (a certificate signed by a CA the "
+            f"broker trusts); the broker itself was checked with {ca_text}"
+        )
+    else:
+        cause = f"check {ca_text}, security.protocol={protocol} and bootstrap.servers"
+    return TlsError(
+        f"TLS handshake with {where} failed: {cause} (librdkafka: {text})", kafka_error=err
+    )
+
+
+class FatalErrorWatch:
+    """An ``error_cb`` that remembers authentication / unreachable / TLS errors for
+    fail-fast.  ``config`` (the client's settings) lets a TLS error name the
+    ``ssl.ca.location`` it used."""
+
+    def __init__(
+        self,
+        user_cb: Any = None,
+        clock: Any = time.monotonic,
+        *,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.user_cb = user_cb
         self.last: Exception | None = None
         self._last_at = 0.0
         self._clock = clock
+        self._config = {
+            k: v
+            for k, v in (config or {}).items()
+            if k in ("bootstrap.servers", "security.protocol", "ssl.ca.location")
+        }
+
+    def report(self, error: Exception) -> None:
+        """Remember ``error`` as if librdkafka had reported it now (an authorization
+        refusal met on a consumed record): ``current()`` gives it while it keeps coming."""
+        self.last = error
+        self._last_at = self._clock()
+
+    def tls(self) -> TlsError | None:
+        """The TLS failure librdkafka reported lately, if any."""
+        current = self.current()
+        return current if isinstance(current, TlsError) else None
 
     def current(self, max_age_s: float = 10.0) -> Exception | None:
         """The last error if it still stands: fatal errors always, others (authentication,
@@ -253,33 +366,63 @@ class FatalErrorWatch:
     def __call__(self, err: Any) -> None:
         code = err.code()
         self._last_at = self._clock()
-        if code in _AUTH:
+        tls = tls_failure(err)
+        if tls is not None:
+            self.last = tls_error(tls, self._config, err)
+        elif code in _AUTH:
             self.last = AuthenticationError(
-                f"authentication/authorization failed: {err.str()}", kafka_error=err
+                f"authentication/authorization failed: {err.str()}{permission_hint(code)}",
+                kafka_error=err,
             )
         elif err.fatal():
             self.last = KafkaClientError(f"fatal client error: {err.str()}", kafka_error=err)
-        elif code in (KafkaError._ALL_BROKERS_DOWN,):
+        elif code in (KafkaError._ALL_BROKERS_DOWN,) and not isinstance(self.last, TlsError):
+            # the brokers are down *because* of the TLS failure: keep saying why
             self.last = BrokerUnavailableError(f"no broker reachable: {err.str()}", kafka_error=err)
         if self.user_cb is not None:
             self.user_cb(err)
 
 
-def topic_metadata(client: Any, topic: str, *, timeout_s: float, where: Any, what: str) -> Any:
-    """``client.list_topics(topic=...)`` asked in 1 s steps within ``timeout_s``; a client
-    that no broker answered gives up after :data:`UNREACHABLE_S` saying no broker can be
-    reached at ``where`` (a wrong address, a stopped cluster), not after ``timeout_s``."""
-    start = time.monotonic()
+def wait_metadata(
+    client: Any,
+    timeout_s: float,
+    *,
+    watch: FatalErrorWatch | None = None,
+    serve: Callable[[], Any] | None = None,
+    topic: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    where: Any = None,
+    what: str = "metadata",
+) -> Any:
+    """``client.list_topics()`` within ``timeout_s``, asked in steps of at most a second;
+    between steps ``serve()`` (an admin client's or producer's ``poll(0)``: it runs the
+    ``error_cb`` and forwards librdkafka's log lines) and a TLS failure the ``watch`` saw
+    raises its :class:`TlsError` at once, instead of a bare "transport failure" after the
+    whole timeout.  ``topic``: ask for that topic's metadata only.  With ``where`` (the
+    bootstrap address), a client that no broker has answered gives up after
+    :data:`UNREACHABLE_S` saying no broker can be reached there (a wrong address, a stopped
+    cluster), not after ``timeout_s``."""
+    start = clock()
+    deadline = start + timeout_s
     while True:
+        step = max(0.05, min(1.0, deadline - clock()))
         try:
-            return client.list_topics(topic=topic, timeout=min(1.0, timeout_s))
+            if topic is not None:
+                return client.list_topics(topic=topic, timeout=step)
+            return client.list_topics(timeout=step)
         except KafkaException as exc:
-            error = client_error(exc, what=what)
-            spent = time.monotonic() - start
-            if isinstance(error, BrokerUnavailableError) and spent >= UNREACHABLE_S:
-                raise BrokerUnavailableError(
-                    f"{what}: cannot reach any broker at {where} ({exc.args[0].str()})",
-                    kafka_error=error.kafka_error,
-                ) from None
-            if spent >= timeout_s:
-                raise error from None
+            if serve is not None:
+                serve()
+            tls = None if watch is None else watch.tls()
+            if tls is not None:
+                raise tls from None
+            now = clock()
+            if where is not None and now - start >= UNREACHABLE_S:
+                error = client_error(exc, what=what)
+                if isinstance(error, BrokerUnavailableError):
+                    raise BrokerUnavailableError(
+                        f"{what}: cannot reach any broker at {where} ({exc.args[0].str()})",
+                        kafka_error=error.kafka_error,
+                    ) from None
+            if now >= deadline:
+                raise

@@ -20,9 +20,9 @@ from confluent_kafka.cimpl import NewTopic
 
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.errors import BrokerUnavailableError, ConfigError, KafkaClientError
+from adapter.errors import BrokerUnavailableError, ConfigError, KafkaClientError, TlsError
 from adapter.io.config import admin_config, check_kafka_config
-from adapter.io.errors import client_error, make_client
+from adapter.io.errors import FatalErrorWatch, client_error, make_client, wait_metadata
 
 log = logging.getLogger("adapter.topics")
 
@@ -165,11 +165,14 @@ def cluster_replication(
     *,
     factor: int | None = None,
     min_insync: int | None = None,
+    watch: FatalErrorWatch | None = None,
 ) -> Replication:
     """:func:`plan_replication` for the cluster behind ``admin``.  The brokers' defaults
-    are read where the principal may describe them (else Kafka's defaults are assumed)."""
+    are read where the principal may describe them (else Kafka's defaults are assumed).
+    With the ``watch`` that is ``admin``'s ``error_cb``, a failed TLS handshake raises its
+    :class:`~adapter.errors.TlsError` within about a second."""
     try:
-        md = admin.list_topics(timeout=timeout_s)
+        md = wait_metadata(admin, timeout_s, watch=watch, serve=lambda: admin.poll(0))
     except KafkaException as exc:
         raise client_error(exc, what="reading the cluster's brokers") from exc
     brokers = max(1, len(md.brokers))
@@ -240,7 +243,10 @@ def ensure_topics(
     cluster is logged as a warning.
     """
     config = check_kafka_config(config, "admin")
-    admin = make_client(AdminClient, admin_config(config), what="admin client")
+    conf = admin_config(config)
+    watch = FatalErrorWatch(conf.get("error_cb"), config=conf)
+    conf["error_cb"] = watch
+    admin = make_client(AdminClient, conf, what="admin client")
     try:
         return ensure_with(
             admin,
@@ -248,7 +254,10 @@ def ensure_topics(
             replication_factor=replication_factor,
             min_insync_replicas=min_insync_replicas,
             timeout_s=timeout_s,
+            watch=watch,
         )
+    except TlsError:
+        raise  # it names the broker and why already
     except BrokerUnavailableError as exc:
         # say where we looked: the usual cause is a wrong bootstrap address
         raise BrokerUnavailableError(
@@ -264,13 +273,19 @@ def ensure_with(
     replication_factor: int | None = None,
     min_insync_replicas: int | None = None,
     timeout_s: float = 30.0,
+    watch: FatalErrorWatch | None = None,
 ) -> dict[str, bool]:
-    """:func:`ensure_topics` with an ``AdminClient`` the caller already has."""
+    """:func:`ensure_topics` with an ``AdminClient`` the caller already has (``watch``: its
+    ``error_cb``, if a :class:`FatalErrorWatch`, for fail-fast on TLS failures)."""
     plans = list(plans)
     if not plans:
         return {}
     replication = cluster_replication(
-        admin, timeout_s, factor=replication_factor, min_insync=min_insync_replicas
+        admin,
+        timeout_s,
+        factor=replication_factor,
+        min_insync=min_insync_replicas,
+        watch=watch,
     )
     new = [
         NewTopic(
@@ -293,7 +308,14 @@ def ensure_with(
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 result[plan.logical] = False
                 continue
-            raise client_error(exc, what=f"creating topic {plan.logical}") from exc
+            what = f"creating topic {plan.logical}"
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                what += (
+                    f": the principal needs CREATE on TOPIC {plan.kafka_topic!r} (an ACL "
+                    "on the name or a prefix of it; see rmq-kafka acl print), or the topic "
+                    "made beforehand"
+                )
+            raise client_error(exc, what=what) from exc
     created = [p.logical for p in plans if result[p.logical]]
     if created:  # one line at INFO; each topic at DEBUG
         shown = ", ".join(created[:3]) + (

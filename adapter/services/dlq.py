@@ -49,11 +49,12 @@ from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_kafka_config, producer_config
 from adapter.io.errors import (
     AUTH_CODES,
+    FatalErrorWatch,
     client_error,
     is_too_large,
     make_client,
     send_error,
-    topic_metadata,
+    wait_metadata,
 )
 from adapter.io.polling import watermarks
 
@@ -138,12 +139,16 @@ def read_dlq(
     """Every entry of ``%DLQ%<group>`` from the beginning (bounded by ``limit``); reads only.
     ``progress(entries read, entries in the DLQ)`` is called as it goes."""
     kafka_topic = naming.to_kafka(naming.dlq_topic(group))
-    consumer = _reader(config, group=redrive_group(group))
+    watch = FatalErrorWatch(config.get("error_cb"), config=config)
+    consumer = _reader(config, {"error_cb": watch}, group=redrive_group(group))
     try:
-        md = topic_metadata(
+        # not yet assigned: poll(0) only runs the callbacks (a TLS failure fails fast)
+        md = wait_metadata(
             consumer,
-            kafka_topic,
-            timeout_s=timeout_s,
+            timeout_s,
+            watch=watch,
+            serve=lambda: consumer.poll(0),
+            topic=kafka_topic,
             where=config.get("bootstrap.servers"),
             what=f"reading {naming.dlq_topic(group)}",
         )

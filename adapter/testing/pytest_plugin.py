@@ -28,6 +28,10 @@ started on first use, one per session (per xdist worker), every node brought bac
 test that used it. ``kafka_cluster_bootstrap_servers`` is ``$KAFKA_CLUSTER_BOOTSTRAP_SERVERS``
 (an external cluster) when set, else that cluster's.
 
+A TLS broker (fixture ``kafka_tls``): an embedded node with ``SSL`` and ``SASL_SSL`` listeners
+beside its plaintext one, certificates from a throw-away CA; started on first use, one per
+session (per xdist worker); ``kafka_tls.client_config("SSL")`` gives a client's settings.
+
 Registered as the ``rmq_kafka`` pytest11 entry point; without the package installed use
 ``-p adapter.testing.pytest_plugin`` (not both: pytest refuses one module under two names).
 Importing this module has no side effects.
@@ -65,6 +69,7 @@ __all__ = [
     "kafka_container_image",
     "kafka_group_id",
     "kafka_mode",
+    "kafka_tls",
     "kafka_topic",
     "kafka_topic_factory",
     "retry_stack",
@@ -229,7 +234,7 @@ def kafka_mode() -> str:
 def _reap_orphans(instances: Path) -> None:
     """Stop brokers left behind by pytest sessions that died without teardown (kill -9)."""
     for inst in instances.glob("pytest-*"):
-        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster")
+        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster").removesuffix("-tls")
         if not owner.isdigit() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(Exception):
@@ -323,6 +328,16 @@ def kafka_cluster() -> Iterator[EmbeddedKafka]:
     yield from _session_instance(
         EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
     )
+
+
+@pytest.fixture(scope="session")
+def kafka_tls() -> Iterator[EmbeddedKafka]:
+    """An embedded broker of this session with TLS (started on first use): its plaintext
+    listener, an ``SSL`` and a ``SASL_SSL`` (SCRAM-SHA-256, user ``admin``) listener, with
+    certificates from a throw-away CA. ``kafka_tls.client_config("SSL")`` is a client's
+    settings (``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``, ...);
+    ``kafka_tls.ca_location`` the CA file."""
+    yield from _session_instance(EmbeddedKafka(f"pytest-{os.getpid()}-tls", tls=True))
 
 
 @pytest.fixture(scope="session")

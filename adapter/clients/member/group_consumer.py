@@ -82,13 +82,20 @@ from adapter.core.routing import RetryLater
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.trace import TraceSink, TraceStatus
 from adapter.core.types import TP
+from adapter.errors import AuthenticationError
 from adapter.io.config import (
     admin_config,
     check_group_protocol,
     require_setting,
     set_rebalance_protocol,
 )
-from adapter.io.errors import FatalErrorWatch, client_error, make_client
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    client_error,
+    make_client,
+    permission_hint,
+)
 from adapter.io.offset_store import LocalFileOffsetStore
 from adapter.io.offsets import LOOKUP_TIMEOUT_S
 from adapter.io.polling import (
@@ -296,7 +303,7 @@ class GroupConsumer:
         self.publisher.producer  # noqa: B018 - created now: a bad config fails start()
         topics = list(self.filters)
         # before subscribing: what is sent from now on is read, even to a topic created later
-        self.starts.take_ends(self._consumer, topics)
+        self.starts.take_ends(self._consumer, topics, self.errors)
         if self.settings.clustering:
             self._subscribe()
         else:
@@ -466,6 +473,17 @@ class GroupConsumer:
             return
         if err.fatal():
             raise client_error(KafkaException(err), what=f"{self.name} consumer")
+        if err.code() in AUTH_CODES:
+            # the consumer cannot do its work (join its group, read a subscribed topic): say
+            # what is missing, and let check_alive() raise it while it lasts
+            if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                hint = permission_hint(err.code(), self.group, "READ")
+            else:
+                hint = permission_hint(err.code(), kmsg.topic() or None, "READ")
+            error = AuthenticationError(f"{self.name}: {err.str()}{hint}", kafka_error=err)
+            self.errors.report(error)
+            log.error("%s", error)
+            return
         if err.code() in _TOPIC_MISSING:  # a subscribed topic not created yet: said once
             topic = kmsg.topic() or err.str()
             if topic not in self._waiting_for:

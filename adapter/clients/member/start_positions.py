@@ -15,6 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 
 from adapter.core.offsets import ConsumeFromWhere, StartAt, end_at_start, first_start
 from adapter.core.types import TP
+from adapter.io.errors import FatalErrorWatch, wait_metadata
 from adapter.io.offsets import LOOKUP_TIMEOUT_S, committed_offsets
 
 __all__ = ["StartPositions"]
@@ -44,14 +45,17 @@ class StartPositions:
         #: topics whose ends could not be read at start (the old rule applies to them)
         self.unknown_at_start: set[str] = set()
 
-    def take_ends(self, consumer: Any, kafka_topics: list[str]) -> None:
+    def take_ends(
+        self, consumer: Any, kafka_topics: list[str], watch: FatalErrorWatch | None = None
+    ) -> None:
         """Remember where each partition of ``kafka_topics`` ends now, before subscribing.
 
         A partition that starts "at its end" (``CONSUME_FROM_LAST_OFFSET``) then starts where
         it ended when the member started, and a partition that did not exist yet (a topic
         created after ``start()``) at its beginning: whatever was sent after ``start()`` is
         read, however late the assignment or the topic came.  A failed lookup leaves the old
-        rule (the end at assignment) for the topic concerned."""
+        rule (the end at assignment) for the topic concerned.  With the consumer's ``watch``
+        (its ``error_cb``) a failed TLS handshake raises its ``TlsError`` within a second."""
         if first_start(self.consume_from_where, retry_topic=False) is not StartAt.END:
             return
         ends: dict[TP, int] = {}
@@ -59,7 +63,14 @@ class StartPositions:
             if topic == self.retry_kafka:
                 continue
             try:
-                md = consumer.list_topics(topic=topic, timeout=LOOKUP_TIMEOUT_S)
+                # not subscribed yet: poll(0) only runs the callbacks
+                md = wait_metadata(
+                    consumer,
+                    LOOKUP_TIMEOUT_S,
+                    watch=watch,
+                    serve=lambda: consumer.poll(0),
+                    topic=topic,
+                )
                 tmd = md.topics.get(topic)
                 if tmd is None or tmd.error is not None:
                     continue  # not there yet: every partition it gets starts at its beginning

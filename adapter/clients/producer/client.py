@@ -41,6 +41,7 @@ from adapter.errors import (
     ClientClosedError,
     SendError,
     SendTimeoutError,
+    TlsError,
 )
 from adapter.io.config import (
     build_options,
@@ -79,7 +80,7 @@ class Producer:
         # 2000/s the broker's load and pauses made forwarded messages 200+ ms late, p99);
         # a synchronous send waives it for its record (see Poller.push)
         conf.setdefault("linger.ms", 5)
-        self._errors = FatalErrorWatch(conf.get("error_cb"))
+        self._errors = FatalErrorWatch(conf.get("error_cb"), config=conf)
         conf["error_cb"] = self._errors
         self._config = conf
         #: what was sent, failed and resent, per logical topic (Prometheus reads it)
@@ -193,7 +194,10 @@ class Producer:
         last = self._errors.current()
         # "all brokers down" is transient: it must not fail every send after the cluster is
         # back (each send reports an outage itself, naming the topic)
-        if last is not None and not isinstance(last, BrokerUnavailableError):
+        # ... unless TLS failed: that does not pass by itself (a wrong CA, a plaintext port)
+        if last is not None and (
+            isinstance(last, TlsError) or not isinstance(last, BrokerUnavailableError)
+        ):
             raise last
 
     @property

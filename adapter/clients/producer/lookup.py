@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException
 from adapter.constants import MAX_BLOCK_MS
 from adapter.core import naming
 from adapter.errors import AdapterError, BrokerUnavailableError, UnknownTopicError
-from adapter.io.errors import client_error
+from adapter.io.errors import client_error, permission_hint
 
 #: librdkafka's default ``topic.metadata.propagation.max.ms``.
 DEFAULT_PROPAGATION_MS = 30_000
@@ -210,4 +210,7 @@ class TopicLookup:
             return  # it exists (librdkafka waits for a leader being elected)
         if err is None or err.code() in UNKNOWN_TOPIC_CODES or err.retriable():
             raise NotYetVisible(err)
-        raise client_error(KafkaException(err), what=f"topic {logical!r}")
+        what = f"topic {logical!r}"
+        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            what += permission_hint(err.code(), kafka_topic, "WRITE")
+        raise client_error(KafkaException(err), what=what)

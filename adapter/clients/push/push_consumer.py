@@ -105,7 +105,7 @@ class PushConsumer:
         self._subscriptions: dict[str, TagFilter] = {}
         self._listener: Listener | None = None
         self._orderly: OrderlyListener | None = None
-        self._errors = FatalErrorWatch(self._config.get("error_cb"))
+        self._errors = FatalErrorWatch(self._config.get("error_cb"), config=self._config)
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
         self._signals = TerminateAsInterrupt()

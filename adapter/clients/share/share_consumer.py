@@ -81,6 +81,7 @@ from adapter.errors import (
     UnackedLimitError,
 )
 from adapter.io.config import build_options, check_int, producer_config
+from adapter.io.errors import LIBRDKAFKA_LOG, make_client
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 
@@ -260,6 +261,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         conf = {k: v for k, v in self._config.items() if k not in NOT_FOR_SHARE_CONSUMER}
         conf["share.acknowledgement.mode"] = "explicit"
         conf.setdefault("max.poll.records", POLL_RECORDS)
+        conf.setdefault("logger", LIBRDKAFKA_LOG)  # librdkafka's lines through logging
         try:
             kc = confluent_kafka.ShareConsumer(conf)
         except confluent_kafka.KafkaException as exc:
@@ -267,8 +269,10 @@ class ShareSimpleConsumer(SimpleConsumer):
         kc.set_acknowledgement_commit_callback(self._on_commit)
         self._poll.kc = kc
         self._acknowledge = kc.acknowledge
-        self._producer = confluent_kafka.Producer(
-            {**producer_config(self._config), "acks": "all", "linger.ms": 0}
+        self._producer = make_client(
+            confluent_kafka.Producer,
+            {**producer_config(self._config), "acks": "all", "linger.ms": 0},
+            what="share dead-letter producer",
         )
         self._started = True
         self._upkeep = threading.Thread(

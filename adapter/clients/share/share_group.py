@@ -26,6 +26,7 @@ from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.share import OffsetReset, lock_ms, offset_reset
 from adapter.errors import ConfigError
 from adapter.io.config import admin_config
+from adapter.io.errors import make_client
 
 __all__ = [
     "BROKER_DEFAULT_LOCK_S",
@@ -92,7 +93,7 @@ def configure_share_group(
     """Set ``wanted`` on ``group`` (other group configs are left as they are) and return
     the record lock in force, in seconds.  A refusal raises :class:`ConfigError` naming
     the option behind it (``given``: the options as the application gave them)."""
-    admin = AdminClient(admin_config(config))
+    admin = make_client(AdminClient, admin_config(config), what="share group admin")
     try:
         _set_group_configs(admin, group, wanted, _ADMIN_TIMEOUT_S)
     except confluent_kafka.KafkaException as exc:
@@ -164,7 +165,7 @@ class ResetRefresher:
             self._thread.join(1.0)
 
     def _run(self, due_ms: int) -> None:
-        admin = AdminClient(admin_config(self._config))
+        admin = make_client(AdminClient, admin_config(self._config), what="share group admin")
         retry_s = _RETRY_FIRST_S
         while not self._stop.wait(max(0, due_ms - self._clock.now_ms()) / 1000):
             plan = offset_reset(

@@ -389,7 +389,7 @@ class SimpleConsumer:
         )
         self._waiting: deque[_Waiting] = deque()
         self._runner = _PullRunner(self)
-        self._errors = FatalErrorWatch(conf.get("error_cb"))
+        self._errors = FatalErrorWatch(conf.get("error_cb"), config=conf)
         self._member: GroupConsumer | None = None
         self._loop: ClientLoop | None = None
         self._signals = TerminateAsInterrupt()

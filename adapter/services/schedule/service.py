@@ -42,7 +42,7 @@ from adapter.core.schedule import Forward, Invalid, Repark, decide_due
 from adapter.core.stats import LATENCY_BUCKETS_S, Histogram
 from adapter.core.trace import TraceEvent, TraceSink, TraceStatus
 from adapter.core.types import TP
-from adapter.errors import TopicNameError
+from adapter.errors import AuthenticationError, TopicNameError
 from adapter.io.config import (
     build_options,
     check_group_protocol,
@@ -50,7 +50,15 @@ from adapter.io.config import (
     require_setting,
     set_rebalance_protocol,
 )
-from adapter.io.errors import FatalErrorWatch, error_text, is_unknown_topic, make_client, refusal_of
+from adapter.io.errors import (
+    AUTH_CODES,
+    FatalErrorWatch,
+    error_text,
+    is_unknown_topic,
+    make_client,
+    permission_hint,
+    refusal_of,
+)
 from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
 from adapter.io.polling import release_assignment as release
@@ -107,7 +115,7 @@ class ScheduleService:
         check_group_protocol(self._config)  # a refused setting fails here, not at start()
         self.group = self.options.group_id
         self.stats = ScheduleStats()
-        self._errors = FatalErrorWatch(self._config.get("error_cb"))
+        self._errors = FatalErrorWatch(self._config.get("error_cb"), config=self._config)
         self._handler = _ServiceLoop(self)
         self._loop = ClientLoop(
             "rmq-schedule-service",
@@ -269,6 +277,18 @@ class _ServiceLoop:
         self._owned_trace: Any = None
 
     # -- clients ---------------------------------------------------------------------------
+    def _refused(self, err: Any, topic: str | None) -> None:
+        """An authorization refusal on the service's consumer: logged as an error naming the
+        missing permission, and raised by ``check_alive()`` while it lasts."""
+        svc = self.service
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            hint = permission_hint(err.code(), svc.group, "READ")
+        else:
+            hint = permission_hint(err.code(), topic or None, "READ")
+        error = AuthenticationError(f"ScheduleService: {err.str()}{hint}", kafka_error=err)
+        svc._errors.report(error)
+        log.error("%s", error)
+
     def open(self) -> None:
         svc, opts = self.service, self.opts
         if opts.trace_topic and self._trace is None:
@@ -343,6 +363,9 @@ class _ServiceLoop:
                 if err.code() != KafkaError._PARTITION_EOF:
                     if err.fatal():
                         raise KafkaException(err)
+                    if err.code() in AUTH_CODES:  # it cannot do its work: say what is missing
+                        self._refused(err, kmsg.topic())
+                        continue
                     log.warning("ScheduleService consume error: %s", err.str())
                 continue
             engine.fetched(

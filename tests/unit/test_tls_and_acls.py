@@ -1,0 +1,340 @@
+"""TLS failures in words (:func:`tls_error`, :class:`FatalErrorWatch`, :func:`wait_metadata`),
+authorization refusals naming the permission, the embedded broker's TLS listeners and
+certificates, and each role's ACL set (``rmq-kafka acl print``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from adapter.cli import main as cli_main
+from adapter.embedded.config import TlsListeners, server_properties, tls_properties
+from adapter.embedded.tls import TlsFiles, make_certificates
+from adapter.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    InvalidInputError,
+    TlsError,
+)
+from adapter.io.errors import (
+    FatalErrorWatch,
+    client_error,
+    permission_hint,
+    tls_error,
+    tls_failure,
+    wait_metadata,
+)
+from adapter.ops.acls import AclSpec, role_acls, schedule_prefix
+
+pytestmark = pytest.mark.unit
+
+WRONG_CA = (
+    "ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+    "certificate verify failed: broker certificate could not be verified, verify that "
+    "ssl.ca.location is correctly configured or root CA certificates are installed "
+    "(after 5ms in state SSL_HANDSHAKE)"
+)
+PLAINTEXT_PORT = (
+    "ssl://127.0.0.1:9092/bootstrap: SSL handshake failed: Disconnected: SSL connection "
+    "closed by peer: connecting to a PLAINTEXT broker listener? (after 1ms in state "
+    "SSL_HANDSHAKE)"
+)
+NO_CLIENT_CERT = (
+    "ssl://127.0.0.1:9093/bootstrap: Receive failed: error:0A000412:SSL routines::ssl/tls "
+    "alert bad certificate: SSL alert number 42 (after 4ms in state APIVERSION_QUERY)"
+)
+EXPIRED = (
+    "sasl_ssl://127.0.0.1:9094/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+    "certificate verify failed: certificate has expired (after 3ms in state SSL_HANDSHAKE)"
+)
+CONF = {
+    "bootstrap.servers": "127.0.0.1:9093",
+    "security.protocol": "SSL",
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+    "sasl.password": "secret",
+}
+
+
+# --- TLS failures --------------------------------------------------------------------------
+def test_a_wrong_ca_names_certificate_verification_and_the_ca_file() -> None:
+    error = tls_error(WRONG_CA, CONF)
+    assert isinstance(error, TlsError) and isinstance(error, BrokerUnavailableError)
+    text = str(error)
+    assert text.startswith("TLS handshake with ssl://127.0.0.1:9093 failed: certificate ")
+    assert "ssl.ca.location='/etc/kafka/ca.pem'" in text and "secret" not in text
+
+
+def test_a_plaintext_port_is_named_with_the_protocol() -> None:
+    text = str(tls_error(PLAINTEXT_PORT, CONF))
+    assert "does not speak TLS" in text and "security.protocol=SSL" in text
+    assert "ssl.ca.location='/etc/kafka/ca.pem' was not reached" in text
+
+
+def test_a_connection_closed_in_the_handshake_is_a_plaintext_port_too() -> None:
+    closed = (
+        "ssl://127.0.0.1:9092/bootstrap: Disconnected: SSL connection closed by peer "
+        "(after 1ms in state SSL_HANDSHAKE)"
+    )
+    assert tls_failure(KafkaError(KafkaError._TRANSPORT, closed)) == closed
+    assert "does not speak TLS" in str(tls_error(closed, CONF))
+
+
+def test_a_refused_client_certificate_names_the_certificate_settings() -> None:
+    text = str(tls_error(NO_CLIENT_CERT, CONF))
+    assert "refused this client's certificate" in text
+    assert "ssl.certificate.location" in text and "ssl.ca.location" in text
+
+
+def test_an_expired_certificate_says_so() -> None:
+    assert "a certificate has expired" in str(tls_error(EXPIRED, CONF))
+
+
+def test_no_ca_location_says_the_system_store_was_used() -> None:
+    text = str(tls_error(WRONG_CA, {"security.protocol": "SSL"}))
+    assert "ssl.ca.location (not set: the system's CA certificates were used)" in text
+
+
+def test_which_errors_are_tls_failures() -> None:
+    assert tls_failure(KafkaError(KafkaError._SSL, WRONG_CA)) == WRONG_CA
+    assert tls_failure(KafkaError(KafkaError._TRANSPORT, PLAINTEXT_PORT)) == PLAINTEXT_PORT
+    assert tls_failure(KafkaError(KafkaError._TRANSPORT, NO_CLIENT_CERT)) == NO_CLIENT_CERT
+    assert tls_failure(KafkaError(KafkaError._TRANSPORT, "Connection refused")) is None
+    assert tls_failure(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")) is None
+    assert tls_failure("not a KafkaError") is None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_watch_keeps_the_tls_cause_when_all_brokers_go_down() -> None:
+    clock = _Clock()
+    seen: list[Any] = []
+    watch = FatalErrorWatch(seen.append, clock, config=CONF)
+    watch(KafkaError(KafkaError._SSL, WRONG_CA))
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    tls = watch.tls()
+    assert isinstance(tls, TlsError) and "certificate verification failed" in str(tls)
+    assert len(seen) == 2  # the application's own error_cb still gets each
+    clock.now += 11  # not reported again for longer than it stands
+    assert watch.tls() is None
+
+
+class _Client:
+    """Answers ``list_topics`` like librdkafka with no broker reachable: after its timeout;
+    ``poll`` runs the error callback (a TLS failure) as librdkafka's would."""
+
+    def __init__(self, clock: _Clock, watch: FatalErrorWatch, tls: bool) -> None:
+        self.clock, self.watch, self.tls = clock, watch, tls
+        self.asked: list[float] = []
+
+    def list_topics(self, timeout: float) -> Any:
+        self.asked.append(timeout)
+        self.clock.now += timeout
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))
+
+    def poll(self, timeout: float) -> None:
+        if self.tls:
+            self.watch(KafkaError(KafkaError._SSL, WRONG_CA))
+
+
+def test_wait_metadata_raises_the_tls_error_after_the_first_step() -> None:
+    clock = _Clock()
+    watch = FatalErrorWatch(config=CONF, clock=clock)
+    client = _Client(clock, watch, tls=True)
+    with pytest.raises(TlsError):
+        wait_metadata(client, 30.0, watch=watch, serve=lambda: client.poll(0), clock=clock)
+    assert client.asked == [1.0]  # one second, not thirty
+
+
+def test_wait_metadata_without_a_tls_failure_waits_its_whole_timeout() -> None:
+    clock = _Clock()
+    watch = FatalErrorWatch(config=CONF, clock=clock)
+    client = _Client(clock, watch, tls=False)
+    with pytest.raises(KafkaException):
+        wait_metadata(client, 3.0, watch=watch, serve=lambda: client.poll(0), clock=clock)
+    assert sum(client.asked) == pytest.approx(3.0, abs=0.1)
+
+
+# --- authorization refusals ---------------------------------------------------------------
+def test_permission_hints_name_operation_and_resource() -> None:
+    assert permission_hint(KafkaError.GROUP_AUTHORIZATION_FAILED, "g", "READ").startswith(
+        "; missing permission: READ on GROUP 'g' "
+    )
+    hint = permission_hint(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    assert "WRITE on TRANSACTIONAL_ID" in hint
+    assert permission_hint(KafkaError._TRANSPORT) == ""
+
+
+def test_client_errors_of_refusals_carry_the_hint_once() -> None:
+    exc = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"))
+    error = client_error(exc, what="topic 't'; missing permission: WRITE on TOPIC 't'")
+    assert isinstance(error, AuthenticationError)
+    assert str(error).count("missing permission") == 1
+    assert "READ or WRITE on TOPIC" in str(client_error(exc, what="x"))
+
+
+# --- the embedded broker's TLS ------------------------------------------------------------
+def test_tls_listeners_are_added_beside_the_nodes_own(tmp_path: Path) -> None:
+    props = server_properties(
+        1, {1: (9092, 9093)}, brokers=1, log_dir=tmp_path, scram_users={},
+        authorizer=False, extra={},
+    )  # fmt: skip
+    files = TlsFiles(tmp_path / "tls")
+    out = tls_properties(props, TlsListeners(9094, 9095, files, mutual=True))
+    assert out["listeners"] == (
+        "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,"
+        "SSL://127.0.0.1:9094,SASL_SSL://127.0.0.1:9095"
+    )
+    assert out["advertised.listeners"].endswith(",SASL_SSL://127.0.0.1:9095")
+    assert out["inter.broker.listener.name"] == "PLAINTEXT"
+    assert out["ssl.keystore.type"] == out["ssl.truststore.type"] == "PEM"
+    assert out["ssl.truststore.location"] == str(files.ca)
+    assert out["listener.name.ssl.ssl.client.auth"] == "required"
+    assert out["listener.name.sasl_ssl.ssl.client.auth"] == "none"
+
+
+def test_the_certificates_chain_to_the_ca_and_name_the_host(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtensionOID
+
+    files = make_certificates(tmp_path)
+    assert files.complete()
+    ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
+    chain = x509.load_pem_x509_certificates(files.broker_keystore.read_bytes())
+    broker = chain[0]
+    broker.verify_directly_issued_by(ca)
+    sans = broker.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+    assert "localhost" in sans.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert b"PRIVATE KEY" in files.broker_keystore.read_bytes()
+    assert files.client_key.stat().st_mode & 0o777 == 0o600
+    client = x509.load_pem_x509_certificate(files.client_certificate.read_bytes())
+    client.verify_directly_issued_by(ca)
+
+
+def test_expired_certificates_on_request(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    files = make_certificates(tmp_path, valid_days=-2)
+    ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
+    assert ca.not_valid_after_utc < dt.datetime.now(dt.UTC)
+
+
+# --- ACL sets -----------------------------------------------------------------------------
+def _set(specs: list[AclSpec]) -> set[tuple[str, str, str, str]]:
+    return {(s.operation, s.resource, s.pattern, s.name) for s in specs}
+
+
+def test_the_consumer_role() -> None:
+    got = _set(role_acls("consumer", group="orders", topics=["t1"], namespace="ns"))
+    assert got == {
+        ("READ", "GROUP", "LITERAL", "orders"),
+        ("READ", "TOPIC", "LITERAL", "t1"),
+        ("READ", "TOPIC", "LITERAL", "rmq.retry.orders"),
+        ("WRITE", "TOPIC", "LITERAL", "rmq.dlq.orders"),
+        ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.ns."),
+        ("READ", "TOPIC", "LITERAL", "rmq.control"),
+        ("WRITE", "TOPIC", "LITERAL", "rmq.control"),
+        ("DESCRIBE", "GROUP", "PREFIXED", "rmq-ops-reader-"),
+        ("CREATE", "TOPIC", "LITERAL", "rmq.retry.orders"),
+        ("CREATE", "TOPIC", "LITERAL", "rmq.dlq.orders"),
+        ("CREATE", "TOPIC", "PREFIXED", "rmq.schedule.ns."),
+        ("CREATE", "TOPIC", "LITERAL", "rmq.control"),
+    }
+    without = _set(role_acls("consumer", group="orders", topics=["t1"], create_topics=False))
+    assert not any(op == "CREATE" for op, *_ in without)
+    assert ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.") in without
+
+
+def test_the_schedule_service_role() -> None:
+    got = _set(role_acls("schedule-service"))
+    assert ("READ", "GROUP", "LITERAL", "rmq-schedule-service") in got
+    assert ("READ", "TOPIC", "PREFIXED", "rmq.schedule.") in got
+    assert ("WRITE", "TOPIC", "PREFIXED", "rmq.retry.") in got
+    assert ("WRITE", "TOPIC", "LITERAL", "*") in got  # every destination
+    assert ("WRITE", "TRANSACTIONAL_ID", "PREFIXED", "rmq-schedule-service") in got
+    narrow = _set(role_acls("schedule-service", topics=["orders"], exactly_once=False))
+    assert ("WRITE", "TOPIC", "LITERAL", "orders") in narrow
+    assert ("WRITE", "TOPIC", "LITERAL", "*") not in narrow
+    assert not any(r == "TRANSACTIONAL_ID" for _, r, *_ in narrow)
+
+
+def test_the_producer_and_console_roles() -> None:
+    assert _set(role_acls("producer", topics=["orders"], create_topics=False)) == {
+        ("WRITE", "TOPIC", "LITERAL", "orders"),
+        ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule."),
+    }
+    console = _set(role_acls("console", group="orders"))
+    assert ("READ", "TOPIC", "LITERAL", "*") in console
+    assert ("WRITE", "TOPIC", "LITERAL", "rmq.retry.orders") in console  # redrive only
+    assert ("READ", "GROUP", "LITERAL", "rmq-dlq-redrive.orders") in console
+    writes = {name for op, _, _, name in console if op == "WRITE"}
+    assert writes == {"rmq.retry.orders", "rmq.control"}
+
+
+@pytest.mark.parametrize(
+    ("role", "kwargs", "field"),
+    [
+        ("consumer", {"topics": ["t"]}, "group"),
+        ("consumer", {"group": "g"}, "topic"),
+        ("producer", {}, "topic"),
+        ("console", {}, "group"),
+        ("admin", {"group": "g"}, "role"),
+        ("producer", {"topics": ["rmq.retry.x"]}, "topic"),
+    ],
+)
+def test_bad_role_input_names_the_field(role: str, kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInputError) as info:  # ConfigError, TopicNameError
+        role_acls(role, **kwargs)
+    assert info.value.field == field
+
+
+def test_schedule_prefixes() -> None:
+    assert schedule_prefix() == "rmq.schedule."
+    assert schedule_prefix("ns1") == "rmq.schedule.ns1."
+
+
+def test_acl_print_prints_one_acl_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["acl", "print", "--role", "producer", "--topic", "orders", "--principal", "User:app"]
+    assert cli_main([*args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ALLOW User:app WRITE    TOPIC            LITERAL  orders  # ")
+    assert cli_main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0] == {
+        "principal": "User:app",
+        "permission": "ALLOW",
+        "operation": "WRITE",
+        "resource": "TOPIC",
+        "pattern": "LITERAL",
+        "name": "orders",
+        "why": "send messages",
+    }
+
+
+def test_acl_print_apply_needs_a_principal(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["acl", "print", "--role", "producer", "--topic", "o", "--apply"])
+    assert code == 2
+    assert "--principal" in capsys.readouterr().err
+
+
+def test_the_docs_acl_listing_is_what_acl_print_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    command, listing = re.search(
+        r"```sh\n(rmq-kafka acl print [^\n]*)\n```\n\n```text\n(.*?)```", doc, re.S
+    ).groups()  # type: ignore[union-attr]
+    assert cli_main(shlex.split(command)[1:]) == 0
+    assert capsys.readouterr().out == listing
