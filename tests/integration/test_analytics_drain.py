@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from adapter.clients.push_consumer import ConsumeConcurrentlyContext, PushConsumer
+from adapter.clients.push.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter.clients.push_consumer import ConsumeOrderlyStatus
+from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 
 from adapter import (
     ConsumeConcurrentlyStatus,
