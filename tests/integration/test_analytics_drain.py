@@ -21,7 +21,6 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from adapter.clients.push.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -29,6 +28,7 @@ from adapter.analytics.jobs import read_metrics
 from adapter.analytics.testing import shared_spark
 from adapter.cli import main as cli_main
 from adapter.clients.producer import Producer
+from adapter.clients.push.push_consumer import ConsumeConcurrentlyContext, PushConsumer
 from adapter.core.message import Message, MessageExt
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.io.topics import TopicPlan, ensure_topics

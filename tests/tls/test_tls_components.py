@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 
 from adapter import (
     ConsumeConcurrentlyStatus,
@@ -24,6 +23,7 @@ from adapter import (
     SimpleConsumer,
 )
 from adapter.aio import AsyncPushConsumer
+from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 from adapter.embedded import EmbeddedKafka
 from adapter.kafka import Consumer as DropInConsumer
 from adapter.services.dlq import read_dlq

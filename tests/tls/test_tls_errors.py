@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 
 from adapter import (
     ConsumeConcurrentlyStatus,
@@ -24,6 +23,7 @@ from adapter import (
     TlsError,
 )
 from adapter.aio import AsyncPushConsumer
+from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 from adapter.embedded import EmbeddedKafka
 from adapter.embedded.tls import make_certificates
 from adapter.io.topics import TopicPlan, ensure_topics
