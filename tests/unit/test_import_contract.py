@@ -172,6 +172,37 @@ def test_every_client_package_imports_only_the_floors_below_it() -> None:
     assert not violations, "\n".join(violations)
 
 
+#: the clock reads the clients and services make through the injected ``Clock`` only
+#: (``adapter/io/clock.py``), so a test drives their timing with a fake one
+CLOCK_READS = ("time", "time_ns", "monotonic", "monotonic_ns")
+#: what still reads the system's clock there, and why
+CLOCK_READS_ALLOWED = {
+    # a one-off bounded read of one record by the DLQ tool (no timing rule depends on it)
+    "adapter.services.dlq",
+}
+
+
+def test_clients_and_services_read_time_through_the_injected_clock() -> None:
+    violations = []
+    for name, path in modules().items():
+        if not _under(name, ("adapter.clients", "adapter.services")):
+            continue
+        if name in CLOCK_READS_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+                and node.attr in CLOCK_READS
+            ):
+                violations.append(f"{name}:{node.lineno} reads time.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module == "time":
+                violations.append(f"{name}:{node.lineno} imports from time")
+    assert not violations, "\n".join(violations)
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     known = modules()
     violations = []

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,7 +107,6 @@ _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _REJECT = confluent_kafka.AcknowledgeType.REJECT
 _INVISIBLE = HandleState.INVISIBLE
 _ACKED = HandleState.ACKED
-_monotonic = time.monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +158,8 @@ class ShareSimpleConsumer(SimpleConsumer):
         self.delivery_limit = delivery_limit(self.max_delivery_attempts)
         self._await_s = seconds_of("await_duration", opts.await_duration, minimum=0)
         self._clock = opts.clock
+        #: every time read of this backend (the system clock's is time.monotonic itself)
+        self._monotonic: Callable[[], float] = self._clock.monotonic
         self._subs: dict[str, TagFilter] = {}
         # the hot paths take the plain lock (entered in C); waits go through the condition
         self._lock = threading.Lock()
@@ -324,8 +324,8 @@ class ShareSimpleConsumer(SimpleConsumer):
                 self._raise_if_died()
                 return
             self._closed = True
-            end = time.monotonic() + wait
-            while self._polling and time.monotonic() < end:
+            end = self._monotonic() + wait
+            while self._polling and self._monotonic() < end:
                 self._wait(0.1)
             for v in [*self._poll.revoke_all(), *self._poll.drain()]:
                 if v.count >= self.delivery_limit:
@@ -396,7 +396,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         if not self._subs:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
         state = self._poll
-        clock = time.monotonic
+        clock = self._monotonic
         end = clock() + self._await_s
         limit = self.share_options.max_unacked_messages
         while True:
@@ -502,7 +502,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 with self._lock:
                     if self._closed:
                         return
-                    now = time.monotonic()
+                    now = self._monotonic()
                     poll = self._poll
                     if not self._polling:
                         poll.expire(now)
@@ -558,6 +558,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         v = message if type(message) is ShareMessageView else share_view_of(message)
         poll = self._poll
         lock = self._lock
+        now = self._monotonic
         # acquire/release rather than ``with``: the statement's lookups cost more than the
         # lock itself, once per message
         lock.acquire()
@@ -568,7 +569,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             # upkeep died, before anything changes; the acknowledgement is counted, and the
             # upkeep sends what the counts say no poll carried yet.
             hold = v.hold
-            if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > _monotonic():
+            if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > now():
                 self._acknowledge(v.record, _ACCEPT)
                 v.state = _ACKED
                 poll.acked += 1
@@ -588,7 +589,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             return
         if self._poll.kc is None or self._closed or self._error is not None:
             self._require_running()
-        v = self._poll.live(v, time.monotonic())
+        v = self._poll.live(v, self._monotonic())
         self._poll.unhold(v)
         self._poll.settle(v, _ACCEPT, _ACKED)
 
@@ -604,7 +605,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         )
         self._require_running()
         with self._lock:
-            now = time.monotonic()
+            now = self._monotonic()
             v = self._poll.live(message, now)
             lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
             if invisible_s > 0 and not can_hold(v.acquired_at, lock_s, now, invisible_s):

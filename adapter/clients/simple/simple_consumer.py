@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,7 +70,6 @@ from adapter.errors import (
     InvalidInputError,
     UnackedLimitError,
 )
-from adapter.io.clock import SystemClock
 from adapter.io.config import build_options
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
@@ -357,10 +355,8 @@ class SimpleConsumer:
         self.dlq_topic = naming.dlq_topic(group)
         self._await_s = self.options.await_s
         self._clock = self.options.clock
-        #: the clock read of the receive/ack path (the system's, called directly)
-        self._monotonic: Callable[[], float] = (
-            time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic
-        )
+        #: the clock read of the receive/ack path (the system clock's is time.monotonic itself)
+        self._monotonic: Callable[[], float] = self._clock.monotonic
         self._subscriptions: dict[str, TagFilter] = {}
         self._lock = threading.Lock()
         self._engine = PullEngine(
