@@ -7,6 +7,7 @@ Each test reads like the rule it checks (docs/semantics.md §4.13 and the module
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -49,10 +50,14 @@ class Msg:
         return replace(self, reconsume_times=self.reconsume_times + 1)
 
 
+_ENGINES = itertools.count(1)
+
+
 def engine(*tps: tuple[str, int], **kw: Any) -> PullEngine:
+    """An engine over ``tps``; each one named apart (as each consumer names its own)."""
     opts: dict[str, Any] = {"store_interval_s": 0.0}
     opts.update(kw)
-    eng = PullEngine(PullOptions(**opts))
+    eng = PullEngine(PullOptions(**opts), f"c{next(_ENGINES)}")
     for tp in tps or (TP,):
         eng.assigned(tp)
     return eng
@@ -230,7 +235,7 @@ class TestExpiry:
         class View(ReceiptHandle):
             __slots__ = ()
 
-        eng = PullEngine(PullOptions(), handle_type=View)
+        eng = PullEngine(PullOptions(), "c1", handle_type=View)
         eng.assigned(TP)
         fetch(eng, TP, 0, 3)
         got = eng.receive(3, 5.0, now=0.0)

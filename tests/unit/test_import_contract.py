@@ -6,7 +6,8 @@ Read from the source (``ast``), not by importing it, so a violation behind a laz
 
 * base: ``adapter.constants``, ``adapter.errors`` -- import nothing of the adapter;
 * ``adapter.core`` (+ ``adapter.naming``, its public face) -- pure: base only, and no Kafka,
-  Spark or network client;
+  Spark or network client, no clock, thread, uuid, random or process module of the standard
+  library;
 * ``adapter.io`` -- thin Kafka wrappers: base and core;
 * ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, clients (no
   ``ops``, ``analytics``, ``cli``, ``bench``, ``embedded``, ``testing``);
@@ -44,6 +45,21 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 #: third-party packages the pure core must not import
 CLIENT_LIBRARIES = ("confluent_kafka", "pyspark", "fastavro", "tenacity", "prometheus_client")
+#: the standard library the pure core must not import either: clocks, threads, ids, chance,
+#: the process and the network (time and ids are handed in by the client that owns them)
+IMPURE_STDLIB = (
+    "time",
+    "threading",
+    "uuid",
+    "random",
+    "secrets",
+    "os",
+    "subprocess",
+    "multiprocessing",
+    "concurrent",
+    "asyncio",
+    "socket",
+)
 
 
 def module_name(path: Path) -> str:
@@ -126,7 +142,9 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
             continue
         allowed = ALLOWED[layer]
         for target, names, line in imports(name, path):
-            if layer in ("adapter.core", "adapter.naming") and _under(target, CLIENT_LIBRARIES):
+            if layer in ("adapter.core", "adapter.naming") and _under(
+                target, CLIENT_LIBRARIES + IMPURE_STDLIB
+            ):
                 violations.append(f"{name}:{line} imports {target} (the core is pure)")
             if not _under(target, ("adapter",)):
                 continue
@@ -300,6 +318,8 @@ def test_the_checker_sees_a_violation() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert _layer("adapter.core.engine.tracking") == "adapter.core"
     assert not _under("adapter.ops.admin", ALLOWED["adapter.clients"])
+    for impure in ("time", "threading", "uuid", "random"):
+        assert _under(impure, IMPURE_STDLIB)
 
 
 def test_a_cycle_through_a_package_init_is_found(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -368,6 +369,7 @@ class SimpleConsumer:
                     max_span=self.options.consume_concurrently_max_span,
                 ),
             ),
+            uuid.uuid4().hex[:12],
             handle_type=ClassicMessageView,
         )
         self._waiting: deque[_Waiting] = deque()
