@@ -7,9 +7,9 @@ partition.  The adapter keeps RocketMQ's contract on top (docs/semantics.md §4.
 invisible duration of a receive inside the group's lock, the release of a message whose
 invisible duration ran out, its own dead-letter queue one delivery before the broker's
 limit, and the group's configuration at start.  The decisions are in
-:mod:`adapter.core.share`; the group's configuration in :mod:`.share_group`, the message
-view (which is its own receipt handle) in :mod:`.share_view`, the records of the polls and
-the holds on them in :mod:`.share_poll`, the dead-letter writes in :mod:`.share_dead_letters`.
+:mod:`.share_rules`; the group's configuration in :mod:`.share_group`, the message view
+(which is its own receipt handle) in :mod:`.share_view`, the records of the polls and the
+holds on them in :mod:`.poll_state`, the dead-letter writes in :mod:`.dead_letters`.
 
 librdkafka's share consumer is not thread-safe and refuses a poll while a record of the
 previous one is unacknowledged.  So the consumer's state and every call into it sit behind
@@ -38,6 +38,14 @@ from adapter.clients.share.share_group import (
     configure_share_group,
     share_group_configs,
 )
+from adapter.clients.share.share_rules import (
+    DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
+    NOT_FOR_SHARE_CONSUMER,
+    can_hold,
+    delivery_limit,
+    max_receive_invisible,
+    usable_hold,
+)
 from adapter.clients.share.share_view import ShareHold, ShareMessageView, share_view_of
 from adapter.clients.simple.message_view import (
     FilterExpression,
@@ -63,14 +71,6 @@ from adapter.core.engine.pull import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.offsets import start_rule
-from adapter.core.share import (
-    DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
-    NOT_FOR_SHARE_CONSUMER,
-    can_hold,
-    delivery_limit,
-    max_receive_invisible,
-    usable_hold,
-)
 from adapter.core.types import TP
 from adapter.errors import (
     ClientClosedError,

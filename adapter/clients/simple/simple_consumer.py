@@ -79,7 +79,7 @@ from adapter.io.topics import ensure_topics, plan_topics
 log = logging.getLogger("adapter.simple_consumer")
 
 #: The options, backends and message view live in :mod:`.simple_options` and
-#: :mod:`.simple_view`; they stay importable from here.
+#: :mod:`.message_view`; they stay importable from here.
 __all__ = [
     "BACKENDS",
     "DEFAULT_AWAIT_DURATION_S",
