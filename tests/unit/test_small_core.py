@@ -285,18 +285,6 @@ def test_typed_options_name_exactly_the_validated_options(typed: str, validated:
     assert keys == fields, (sorted(keys - fields), sorted(fields - keys))
 
 
-def test_old_schedule_service_module_still_imports_and_warns() -> None:
-    import importlib
-    import sys
-
-    sys.modules.pop("adapter.services.schedule_service", None)
-    with pytest.warns(DeprecationWarning, match="adapter.services.schedule"):
-        old = importlib.import_module("adapter.services.schedule_service")
-    from adapter.services.schedule import ScheduleService
-
-    assert old.ScheduleService is ScheduleService
-
-
 def test_the_drop_in_module_stands_in_for_confluent_kafka() -> None:
     """``from adapter.kafka import KafkaError`` failed: the names a confluent-kafka consumer
     module imports are there, and are confluent-kafka's own."""

@@ -6,7 +6,7 @@ Every topic is shown by its logical name (``orders``, ``%RETRY%g``, ``%DLQ%g``,
 
 One module per report (:mod:`.progress`, :mod:`.resets`, :mod:`.schedule`), over what was read
 from the cluster (:mod:`.cluster`), partition health (:mod:`.health`) and the text helpers
-(:mod:`.text`); every name stays importable from here (and from ``adapter.ops.views``).
+(:mod:`.text`); every name is importable from here.
 """
 
 from __future__ import annotations
