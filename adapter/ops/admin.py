@@ -3,7 +3,7 @@ ScheduleService's status.  Logical names in, logical names out.
 
 Thin I/O over :class:`adapter.io.admin.AdminSession` (an AdminClient and short-lived
 readers derived from the user's config); the decisions and the rendering are the pure
-functions of :mod:`adapter.core.views`, :mod:`adapter.ops.journey` and
+functions of :mod:`adapter.ops.views`, :mod:`adapter.ops.journey` and
 :mod:`adapter.core.control`.
 """
 
@@ -30,7 +30,18 @@ from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import parse_non_negative
 from adapter.core.types import TP
-from adapter.core.views import (
+from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
+from adapter.io.admin import AdminSession, Ends, head_records, record_of
+from adapter.io.control import publish_reset, read_statuses
+from adapter.ops.errors import (
+    GroupLiveError,
+    GroupNotFoundError,
+    ResetIncompleteError,
+    TopicNotFoundError,
+)
+from adapter.ops.journey import Matcher, SearchResult, journeys
+from adapter.ops.progress import ProgressCallback
+from adapter.ops.views import (
     DlqSize,
     GroupInfo,
     GroupProgress,
@@ -45,17 +56,6 @@ from adapter.core.views import (
     reset_offsets,
     subscribed_topics,
 )
-from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
-from adapter.io.admin import AdminSession, Ends, head_records, record_of
-from adapter.io.control import publish_reset, read_statuses
-from adapter.ops.errors import (
-    GroupLiveError,
-    GroupNotFoundError,
-    ResetIncompleteError,
-    TopicNotFoundError,
-)
-from adapter.ops.journey import Matcher, SearchResult, journeys
-from adapter.ops.progress import ProgressCallback
 
 log = logging.getLogger("adapter.ops")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from adapter.errors import AdapterError, InvalidInputError
 
 if TYPE_CHECKING:
-    from adapter.core.views import Member, ResetResult
+    from adapter.ops.views import Member, ResetResult
 
 
 class GroupNotFoundError(InvalidInputError):

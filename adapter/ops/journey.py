@@ -32,8 +32,8 @@ from adapter.core.codec import derived_message_id, logical_topic
 from adapter.core.headers import parse_non_negative
 from adapter.core.naming import group_of, is_dlq_topic, is_retry_topic, schedule_level_of
 from adapter.core.timespec import format_time
-from adapter.core.views import Record
 from adapter.errors import InvalidInputError
+from adapter.ops.views import Record
 
 _ID_HEADERS: Final = frozenset(
     {PROPERTY_UNIQ_KEY, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_DLQ_ORIGIN_MESSAGE_ID}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.core.views import (
+from adapter.ops.views import (
     HEALTH_OK,
     LEADERLESS,
     UNDER_REPLICATED,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.core.views import Record
 from adapter.errors import InvalidInputError
 from adapter.ops.journey import Matcher, classify, journeys
+from adapter.ops.views import Record
 
 pytestmark = pytest.mark.unit
 

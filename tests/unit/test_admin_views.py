@@ -9,7 +9,9 @@ import pytest
 
 from adapter.core.control import ResetTarget
 from adapter.core.timespec import InvalidTimeError, format_time, parse_since, parse_time
-from adapter.core.views import (
+from adapter.errors import InvalidInputError
+from adapter.ops.progress import ProgressReporter, render_bar
+from adapter.ops.views import (
     DlqSize,
     GroupInfo,
     LevelPartition,
@@ -24,8 +26,6 @@ from adapter.core.views import (
     reset_offsets,
     subscribed_topics,
 )
-from adapter.errors import InvalidInputError
-from adapter.ops.progress import ProgressReporter, render_bar
 
 pytestmark = pytest.mark.unit
 

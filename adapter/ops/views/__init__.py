@@ -5,22 +5,27 @@ Every topic is shown by its logical name (``orders``, ``%RETRY%g``, ``%DLQ%g``,
 ``SCHEDULE_TOPIC_XXXX/L03-10s``); JSON adds the Kafka name as ``kafka_topic``.
 
 One module per report (:mod:`.progress`, :mod:`.resets`, :mod:`.schedule`), over what was read
-from the cluster (:mod:`.cluster`), partition health (:mod:`.health`) and the text helpers
-(:mod:`.text`); every name is importable from here.
+from the cluster (:mod:`adapter.core.cluster`), partition health (:mod:`.health`) and the
+text helpers (:mod:`.text`); every name is importable from here.  Presentation: it belongs to
+the ops layer, over the core's data.
 """
 
 from __future__ import annotations
 
-from adapter.core.views.cluster import GroupInfo, Logical, Member, Record, assignment_text
-from adapter.core.views.health import (
+from adapter.core.cluster import (
     HEALTH_OK,
     LEADERLESS,
     UNDER_REPLICATED,
+    GroupInfo,
+    Logical,
+    Member,
     PartitionHealth,
-    health_notes,
+    Record,
+    assignment_text,
     partition_status,
 )
-from adapter.core.views.progress import (
+from adapter.ops.views.health import health_notes
+from adapter.ops.views.progress import (
     DlqSize,
     GroupProgress,
     PartitionProgress,
@@ -28,9 +33,9 @@ from adapter.core.views.progress import (
     compute_lag,
     subscribed_topics,
 )
-from adapter.core.views.resets import ResetResult, ResetRow, reset_offsets
-from adapter.core.views.schedule import LevelPartition, LevelStatus, ScheduleStatus
-from adapter.core.views.text import format_span_ms
+from adapter.ops.views.resets import ResetResult, ResetRow, reset_offsets
+from adapter.ops.views.schedule import LevelPartition, LevelStatus, ScheduleStatus
+from adapter.ops.views.text import format_span_ms
 
 __all__ = [
     "HEALTH_OK",

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.core.cluster import Member
 from adapter.core.control import ResetTarget
-from adapter.core.views.cluster import Member
-from adapter.core.views.text import num_text, text_table
+from adapter.ops.views.text import num_text, text_table
 
 
 def reset_offsets(
