@@ -6,6 +6,7 @@
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
+#   ./run.sh mutate  mutation testing of the pure core and the consume path (mutmut; long)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -92,6 +93,17 @@ case "$cmd" in
   bench)
     setup
     exec "$VENV/bin/rmq-kafka" bench "$@"
+    ;;
+  mutate)
+    setup
+    # mutation testing ([tool.mutmut] in pyproject.toml): the pure core and the consume path
+    # against the unit tests, in a copy under mutants/ (the mutated package first on the
+    # path).  Arguments select mutants, e.g. ./run.sh mutate 'adapter.core.engine.pull*'.
+    echo "==> mutmut over adapter/core and the group member (long: all of it takes hours)"
+    PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" run "$@" || true
+    PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" export-cicd-stats
+    "$VENV/bin/python" -c "import json; print(json.dumps(json.load(open('mutants/mutmut-cicd-stats.json')), indent=2))"
+    PYTHONPATH="$ROOT/mutants" exec "$VENV/bin/mutmut" results
     ;;
   *)
     sed -n '2,10p' "$0"

@@ -178,6 +178,10 @@ class TestExpiry:
         eng.receive(1, 5.0, now=0.0)
         [copy] = copies(eng.tick(5.0))
         assert copy.dest == DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 3)
+        assert copy.failure is not None
+        assert copy.failure.message == (
+            "not acknowledged within its invisible duration of 5 s (delivery attempt 3 of 3)"
+        )
 
     def test_the_last_attempt_below_the_maximum_is_retried_and_the_maximum_dead_lettered(
         self,
