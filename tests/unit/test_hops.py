@@ -15,11 +15,12 @@ from adapter.constants import (
     HEADER_GROUP,
     PROPERTY_RECONSUME_TIME,
 )
-from adapter.core import hops
+from adapter.core import hops, naming
 from adapter.core.codec import Failure, decode_record, dlq_headers, straight_retry_headers
 from adapter.core.delay import DelayLevels
 from adapter.core.message import MessageExt
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow
+from adapter.errors import InvalidDelayLevelError
 
 pytestmark = pytest.mark.unit
 
@@ -96,5 +97,15 @@ def test_a_dead_letter_without_its_body_names_where_the_body_stays() -> None:
     )
     assert out.topic == TOPICS.dlq_kafka
     assert (out.value, out.key) == (None, b"k")
-    omitted = header(out, HEADER_BODY_OMITTED)
-    assert omitted is not None and "orders" in omitted and "10" in omitted
+    assert header(out, HEADER_BODY_OMITTED) == "10 bytes; body at orders[2]@7"
+
+
+def test_the_level_topics_are_levels_1_to_the_last_and_no_other() -> None:
+    last = DelayLevels.DEFAULT.max_level
+    assert TOPICS.level_topic(1) == naming.to_kafka(naming.schedule_topic(1, DelayLevels.DEFAULT))
+    assert TOPICS.level_topic(last) == naming.to_kafka(
+        naming.schedule_topic(last, DelayLevels.DEFAULT)
+    )
+    for level in (0, last + 1):
+        with pytest.raises(InvalidDelayLevelError, match=str(level)):
+            TOPICS.level_topic(level)
