@@ -10,6 +10,7 @@
 #   ./run.sh test-tls      the opt-in TLS tier: every component over SSL and SASL_SSL, TLS errors, ACL sets
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)
+#   ./run.sh mutate  mutation testing of the pure core and the consume path (mutmut; long)
 #   ./run.sh setup   only the set-up
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -138,8 +139,19 @@ case "$cmd" in
     echo "==> mkdocs build --strict (into site/)"
     NO_MKDOCS_2_WARNING=1 exec "$VENV/bin/mkdocs" build --strict "$@"
     ;;
+  mutate)
+    setup
+    # mutation testing ([tool.mutmut] in pyproject.toml): the pure core and the consume path
+    # against the unit tests, in a copy under mutants/ (the mutated package first on the
+    # path).  Arguments select mutants, e.g. ./run.sh mutate 'adapter.core.engine.pull*'.
+    echo "==> mutmut over adapter/core and the group member (long: all of it takes hours)"
+    PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" run "$@" || true
+    PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" export-cicd-stats
+    "$VENV/bin/python" -c "import json; print(json.dumps(json.load(open('mutants/mutmut-cicd-stats.json')), indent=2))"
+    PYTHONPATH="$ROOT/mutants" exec "$VENV/bin/mutmut" results
+    ;;
   *)
-    sed -n '2,13p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac

@@ -39,7 +39,7 @@ stays), ``poll()`` returns nothing, and what the loop hands back is held (offset
 copy sent); every ``open_s`` a held message is returned again as a probe, and when one
 succeeds (the loop comes back without handing it back) all held messages are returned
 again and fetching resumes.  ``open_circuit(msg)`` hands a message back and opens the
-breaker at once (its state: ``circuit()``; rules: :mod:`adapter.core.dropin_circuit`).
+breaker at once (its state: ``circuit()``; rules: :mod:`adapter.clients.dropin.dropin_circuit`).
 
 A retried message's ``partition()`` and ``offset()`` are its position in the retry topic:
 commit it with ``commit(message=msg)`` / ``store_offsets(message=msg)`` (which map it
@@ -53,11 +53,11 @@ Why one module: :class:`Consumer` *is* the consumer (a subclass of the C type, w
 and every override -- ``poll``/``consume``, ``store_offsets``/``commit``, the rebalance
 callbacks, ``close`` -- reads and writes the same state: the offsets held behind copies on
 their way, the positions to store, the assignment, the breaker's held messages.  What needs
-none of that state lives elsewhere: the pure rules in :mod:`adapter.core.dropin` (holds,
-resend timer) and :mod:`adapter.core.dropin_circuit` (the breaker's turns), the options and
-record views in :mod:`adapter.clients.dropin.dropin_options` /
-:mod:`adapter.clients.dropin.dropin_records`,
-the producer of copies in :mod:`adapter.io.publisher`.
+none of that state lives elsewhere: the pure rules in
+:mod:`adapter.clients.dropin.copy_holds` (holds, resend timer) and
+:mod:`adapter.clients.dropin.dropin_circuit` (the breaker's turns), the options and record
+views in :mod:`adapter.clients.dropin.dropin_options` /
+:mod:`adapter.clients.dropin.dropin_records`, the producer of copies in :mod:`adapter.io.publisher`.
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from adapter.clients.dropin.copy_holds import CopyHolds, RetryTimer
+from adapter.clients.dropin.dropin_circuit import DropInCircuit, Fate, Turn
 from adapter.clients.dropin.dropin_options import DropInOptions, DropInSettings, truthy
 from adapter.clients.dropin.dropin_records import RetriedMessage, SendBackCopy
 from adapter.clients.member.circuit_reporter import CircuitReporter, circuit_notifier
@@ -91,8 +93,6 @@ from adapter.core import hops, naming
 from adapter.core.breaker import Breaker
 from adapter.core.codec import Failure
 from adapter.core.delay import DelayLevels, resolve_max_reconsume_times
-from adapter.core.dropin import CopyHolds, RetryTimer
-from adapter.core.dropin_circuit import DropInCircuit, Fate, Turn
 from adapter.core.message import MessageExt
 from adapter.core.publishing import Escalation, escalate
 from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed

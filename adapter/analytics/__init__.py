@@ -1,14 +1,14 @@
 """The analytics path: Avro consume traces on a Kafka topic, read by Spark jobs.
 
-* :mod:`adapter.io.avro` (alias ``adapter.analytics.schemas``) -- the ``.avsc`` schemas
+* :mod:`adapter.io.avro` -- the ``.avsc`` schemas
   (parsed once) and codecs;
-* :mod:`adapter.io.trace_sink` (alias ``adapter.analytics.trace``) -- :class:`KafkaTraceSink`,
+* :mod:`adapter.io.trace_sink` -- :class:`KafkaTraceSink`,
   what ``trace_topic=`` creates;
 * :mod:`adapter.analytics.jars` -- the pinned Spark connector jars (fetched once, cached);
 * :mod:`adapter.analytics.session` -- SparkSession + Kafka security -> ``kafka.*`` options;
 * :mod:`adapter.analytics.transforms` -- pure DataFrame -> DataFrame transformations;
 * :mod:`adapter.analytics.jobs` -- the streaming consume-metrics job and the DLQ report;
-* :mod:`adapter.analytics.bench` -- the analytics benchmark.
+* :mod:`adapter.bench.analytics` -- the analytics benchmark.
 
 Importing this package (or the trace sink) does not import pyspark: only the consumer's
 dependencies are needed to emit traces; the Spark modules need the ``spark`` extra.

@@ -1,7 +1,5 @@
 """The analytics benchmark rows of ``rmq-kafka bench`` (every figure a ratio in one run).
 
-(Formerly ``adapter.analytics.bench``, which still re-exports them.)
-
 1. **Streaming job vs. a plain Kafka-source count** (:func:`spark_scenario`).  A trace
    topic is pre-filled with ``rows`` Avro trace events (a realistic mix of outcomes over 10
    minutes of event time).  The baseline ("raw") is a plain Spark Kafka-source batch
@@ -227,7 +225,7 @@ def run_analytics_bench(
     spark: Any = None,
     with_spark: bool = True,
 ) -> list[dict[str, Any]]:
-    """Both rows on their own (``python -m adapter.analytics.bench <bootstrap> [rows]``)."""
+    """Both rows on their own (``python -m adapter.bench.analytics <bootstrap> [rows]``)."""
     bench = Bench(bootstrap, consumer_messages or min(rows, 50_000), repeats)
     out = []
     if with_spark:
@@ -261,7 +259,7 @@ def trace_scenarios(bench: Bench) -> list[Scenario]:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m adapter.analytics.bench <bootstrap> [rows]``: both rows, as JSON."""
+    """``python -m adapter.bench.analytics <bootstrap> [rows]``: both rows, as JSON."""
     import json
 
     logging.basicConfig(level=logging.INFO)
@@ -271,3 +269,9 @@ def main(argv: list[str]) -> None:
             indent=2,
         )
     )
+
+
+if __name__ == "__main__":  # pragma: no cover - manual run
+    import sys
+
+    main(sys.argv[1:])

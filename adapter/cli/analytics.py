@@ -6,9 +6,7 @@ Both take the project's Kafka connection settings (``-b``, ``-X key=value``,
 librdkafka twin can be given as ``--kafka-option kafka.<key>=<value>``.  pyspark is imported
 only when a job runs.
 
-The command lives with the other commands (it used to be ``adapter.analytics.cli``, which
-imported the shared options from here while this package imported it back; that name stays
-as an alias).  :func:`main` is the scripts' entry point.
+The command lives with the other commands.  :func:`main` is the scripts' entry point.
 """
 
 from __future__ import annotations

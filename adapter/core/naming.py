@@ -21,15 +21,15 @@ is unambiguous: after ``_`` comes either ``_`` or two hex digits.
 A group whose physical name would exceed 249 characters keeps an escaped prefix and ends
 in ``_h<32 hex digits of SHA-256>`` (``_h`` is never produced by escaping).  Such a name
 is collision-free (128-bit digest) and is reversed through a :class:`NameRegistry` that
-:func:`to_kafka` fills in-process; the adapter also writes the group into the
-``RMQ_GROUP`` header of every retry and DLQ record.
+:func:`to_kafka` fills when it is handed one (the public :mod:`adapter.naming` holds the
+process's); the adapter also writes the group into the ``RMQ_GROUP`` header of every retry
+and DLQ record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from typing import Final
 
 from adapter.constants import (
@@ -55,22 +55,22 @@ _LEVEL_SUFFIX = re.compile(r"^L([0-9]{2,})-([0-9]+(?:ms|s|m|h|d))$")
 
 
 class NameRegistry:
-    """Remembers logical names whose Kafka names had to be shortened to a digest."""
+    """Remembers logical names whose Kafka names had to be shortened to a digest.
+
+    A plain map, owned by whoever hands it to :func:`to_kafka` / :func:`from_kafka` (the
+    process's is :data:`adapter.naming.DEFAULT_REGISTRY`); each call is one dict operation,
+    which needs no lock."""
+
+    __slots__ = ("_by_kafka",)
 
     def __init__(self) -> None:
         self._by_kafka: dict[str, str] = {}
-        self._lock = threading.Lock()
 
     def remember(self, kafka_topic: str, logical: str) -> None:
-        with self._lock:
-            self._by_kafka[kafka_topic] = logical
+        self._by_kafka[kafka_topic] = logical
 
     def lookup(self, kafka_topic: str) -> str | None:
-        with self._lock:
-            return self._by_kafka.get(kafka_topic)
-
-
-DEFAULT_REGISTRY: Final = NameRegistry()
+        return self._by_kafka.get(kafka_topic)
 
 
 # --- escaping --------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def unescape(text: str, *, field: str = "kafka_topic") -> str:
         raise TopicNameError(field, text, "escaped bytes are not UTF-8") from exc
 
 
-def _fit(prefix: str, name: str, logical: str, registry: NameRegistry) -> str:
+def _fit(prefix: str, name: str, logical: str, registry: NameRegistry | None) -> str:
     """``prefix + escape(name)``, shortened to a digest form when it is too long."""
     encoded = escape(name)
     if len(prefix) + len(encoded) <= KAFKA_TOPIC_MAX_LENGTH:
@@ -130,7 +130,8 @@ def _fit(prefix: str, name: str, logical: str, registry: NameRegistry) -> str:
             break
         head += piece
     kafka_topic = f"{prefix}{head}{_DIGEST_MARK}{digest}"
-    registry.remember(kafka_topic, logical)
+    if registry is not None:
+        registry.remember(kafka_topic, logical)
     return kafka_topic
 
 
@@ -221,8 +222,9 @@ def check_user_topic(topic: str, field: str = "topic") -> str:
     return topic
 
 
-def to_kafka(name: str, registry: NameRegistry = DEFAULT_REGISTRY) -> str:
-    """Map a logical name to its Kafka topic name (legal, reversible, collision-free)."""
+def to_kafka(name: str, registry: NameRegistry | None = None) -> str:
+    """Map a logical name to its Kafka topic name (legal, reversible, collision-free); a
+    digest-shortened name is remembered in ``registry`` when one is given."""
     if not isinstance(name, str) or not name:
         raise TopicNameError("topic", name, "a topic must be a non-empty string")
     if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -242,8 +244,9 @@ def to_kafka(name: str, registry: NameRegistry = DEFAULT_REGISTRY) -> str:
     return check_user_topic(name)
 
 
-def from_kafka(kafka_topic: str, registry: NameRegistry = DEFAULT_REGISTRY) -> str:
-    """Map a Kafka topic name back to its logical name."""
+def from_kafka(kafka_topic: str, registry: NameRegistry | None = None) -> str:
+    """Map a Kafka topic name back to its logical name (a digest-shortened one through
+    ``registry``)."""
     if not isinstance(kafka_topic, str) or not kafka_topic:
         raise TopicNameError("kafka_topic", kafka_topic, "must be a non-empty string")
     for prefix, logical_prefix in (
@@ -258,7 +261,7 @@ def from_kafka(kafka_topic: str, registry: NameRegistry = DEFAULT_REGISTRY) -> s
                 and len(body) - mark == len(_DIGEST_MARK) + _DIGEST_HEX_CHARS
                 and (_is_digest_mark(body, mark))
             ):
-                known = registry.lookup(kafka_topic)
+                known = None if registry is None else registry.lookup(kafka_topic)
                 if known is None:
                     raise TopicNameError(
                         "kafka_topic",

@@ -28,9 +28,9 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
+from adapter.core.cluster import GroupInfo, Member, PartitionHealth, Record
 from adapter.core.headers import HeaderView
 from adapter.core.types import TP
-from adapter.core.views import GroupInfo, Member, PartitionHealth, Record
 from adapter.errors import (
     AuthenticationError,
     BrokerUnavailableError,

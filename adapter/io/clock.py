@@ -6,11 +6,13 @@ import time
 
 
 class SystemClock:
+    """The system's clock.  ``monotonic`` is :func:`time.monotonic` itself (no wrapper call),
+    so a hot path reads ``clock.monotonic()`` at the price of a direct call."""
+
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    monotonic = staticmethod(time.monotonic)
 
 
 SYSTEM_CLOCK = SystemClock()

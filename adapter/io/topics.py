@@ -23,6 +23,7 @@ from adapter.core.delay import DelayLevels
 from adapter.errors import BrokerUnavailableError, ConfigError, KafkaClientError, TlsError
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import FatalErrorWatch, client_error, make_client, wait_metadata
+from adapter.naming import DEFAULT_REGISTRY
 
 log = logging.getLogger("adapter.topics")
 
@@ -95,12 +96,18 @@ def plan_topics(
         dlq = naming.dlq_topic(group)
         plans.append(
             TopicPlan(
-                retry, naming.to_kafka(retry), partitions, {"retention.ms": str(7 * DAY_MS), **size}
+                retry,
+                naming.to_kafka(retry, DEFAULT_REGISTRY),
+                partitions,
+                {"retention.ms": str(7 * DAY_MS), **size},
             )
         )
         plans.append(
             TopicPlan(
-                dlq, naming.to_kafka(dlq), partitions, {"retention.ms": str(30 * DAY_MS), **size}
+                dlq,
+                naming.to_kafka(dlq, DEFAULT_REGISTRY),
+                partitions,
+                {"retention.ms": str(30 * DAY_MS), **size},
             )
         )
     return plans

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
 
@@ -36,6 +37,7 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.message import Message
+from adapter.core.schedule import Forward
 from adapter.errors import ClientClosedError
 from adapter.io.topics import plan_topics
 from adapter.services.schedule import (
@@ -43,7 +45,9 @@ from adapter.services.schedule import (
     DeliveryGuarantee,
     ScheduleService,
 )
+from adapter.services.schedule.destinations import Destinations, partition_count
 from adapter.testing import TopicFactory
+from tests.support.clocks import SkippingClock
 from tests.support.collector import Arrival, Collector, now_ms
 from tests.support.consumer_helpers import wait_until
 from tests.support.group_protocol import member_config
@@ -658,3 +662,33 @@ def test_kill9_during_a_forward_stream_exactly_once_has_no_duplicates(
     for rec in records:
         assert rec.created_ms >= rec.due_ms, f"{rec.value!r} forwarded early"
         assert rec.received_ms >= sent_at[rec.value] + 200
+
+
+# --------------------------------------------------------------------------------------------
+def test_a_destination_count_ages_on_the_services_clock(
+    kafka_bootstrap_servers: str, kafka_topic_factory: TopicFactory
+) -> None:
+    """The cached partition count of a forward's destination is looked up again once it is
+    older than its TTL on the service's clock: a destination deleted after it was cached is
+    still taken while the count is young (an hour's TTL, no real hour passes), and found
+    gone as soon as the clock is an hour on."""
+    clock = SkippingClock()
+    topic = kafka_topic_factory("dest", partitions=2)
+    bootstrap = kafka_bootstrap_servers
+    destinations = Destinations({"bootstrap.servers": bootstrap}, 3600.0, 30.0, clock=clock)
+    consumer = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": f"dest-{uuid.uuid4()}"})
+    forward = Forward(topic, None)
+    try:
+        assert destinations.check(forward, consumer) == (None, 2)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=35)
+        wait_until(lambda: partition_count(consumer, topic) is None, what="the topic gone")
+        assert destinations.check(forward, consumer) == (None, 2)  # young: cached
+        clock.skip(3601)
+        assert destinations.check(forward, consumer) == (
+            f"REAL_TOPIC {topic!r} does not exist",
+            0,
+        )
+    finally:
+        consumer.close()
+        destinations.close()

@@ -29,6 +29,7 @@ from adapter.clients.share.poll_state import PollState
 from adapter.clients.share.share_consumer import ShareSimpleConsumer
 from adapter.clients.simple.simple_consumer import MessageView, SimpleConsumer
 from adapter.errors import ClientLoopError, InvalidReceiptHandleError
+from tests.support.clocks import SkippingClock
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
 from tests.support.share_procs import ShareConsumerProcess
 from tests.support.simple_backends import (
@@ -259,6 +260,31 @@ def test_change_invisible_duration_within_the_lock_and_refused_beyond(
         assert sorted(again) == [(ids[1], 2), (ids[2], 2)]
         with pytest.raises(InvalidReceiptHandleError):
             sc.ack(shorter)
+    finally:
+        sc.shutdown()
+
+
+def test_the_invisible_duration_runs_on_the_injected_clock(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """The share backend measures a hold on ``clock=``: once the clock is past a receive's
+    invisible duration, the acknowledgement is refused as run out and the message comes
+    back with its attempt counted, long before that duration passed in real time (and the
+    group's 30 s lock would have held it)."""
+    clock = SkippingClock()
+    topic = kafka_topic_factory("share-clock", partitions=1)
+    sc = share(kafka_bootstrap_servers, topic, new_group(), lock_duration=30.0, clock=clock)
+    try:
+        [body] = bodies(kafka_bootstrap_servers, topic, 1)
+        [held] = receive_until(sc, 1, 20.0)
+        started = time.monotonic()
+        clock.skip(21.0)
+        with pytest.raises(InvalidReceiptHandleError, match=EXPIRED["share"]):
+            sc.ack(held)
+        [again] = receive_until(sc, 1, 20.0)
+        assert (again.body.decode(), again.delivery_attempt) == (body, 2)
+        assert time.monotonic() - started < 20.0
+        sc.ack(again)
     finally:
         sc.shutdown()
 

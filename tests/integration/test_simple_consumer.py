@@ -293,6 +293,36 @@ def test_a_dead_loop_fails_ack_and_receive_at_once_not_after_its_close(
             sc.shutdown()
 
 
+def test_a_messages_max_reconsume_times_sends_it_to_the_dlq_after_that_many_retries(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any
+) -> None:
+    """``MAX_RECONSUME_TIMES=1`` on a message, under the consumer's maximum of 5: it is
+    delivered twice (attempts 1 and 2), then dead-lettered; its neighbour without the
+    property is delivered again past that (the consumer's maximum holds for it)."""
+    topic = kafka_topic_factory("sc-max")
+    send(
+        kafka_bootstrap_servers,
+        [
+            Message(topic=topic, body=b"own", properties={"MAX_RECONSUME_TIMES": "1"}),
+            Message(topic=topic, body=b"group"),
+        ],
+    )
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    with simple(kafka_bootstrap_servers, topic, max_delivery_attempts=5) as sc:
+        attempts: dict[str, list[int]] = defaultdict(list)
+        deadline = time.monotonic() + 60
+        while len(attempts["group"]) < 3:
+            assert time.monotonic() < deadline, attempts
+            for v in sc.receive(32, 1.0):
+                attempts[body_of(v)].append(v.delivery_attempt)  # never acknowledged
+        dlq = wait_until(lambda: read_dlq_raw(conf, sc.consumer_group), what="a dead letter")
+        assert attempts["own"] == [1, 2]
+        [dead] = dlq
+        assert dead.value == b"own"
+        assert dead.text("RMQ_DLQ_REASON") == "MAX_DELIVERY_ATTEMPTS"
+        assert dead.text("RECONSUME_TIME") == "2"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_dlq_after_max_delivery_attempts(
     kafka_bootstrap_servers: str, kafka_topic_factory: Any, backend: str

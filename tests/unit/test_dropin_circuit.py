@@ -1,4 +1,4 @@
-"""The drop-in's circuit breaker (:mod:`adapter.core.dropin_circuit`) on a fake clock, and
+"""The drop-in's circuit breaker (:mod:`adapter.clients.dropin.dropin_circuit`) on a fake clock, and
 the status a member publishes for ``group progress`` (:mod:`adapter.core.circuit_status`,
 :class:`adapter.clients.member.circuit_reporter.CircuitReporter`) with a fake sink."""
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from adapter.clients.dropin.dropin_circuit import DropInCircuit, Fate, Turn
 from adapter.clients.member.circuit_reporter import CircuitReporter
 from adapter.core.breaker import Breaker, CircuitBreaker, CircuitState
 from adapter.core.circuit_status import (
@@ -21,7 +22,6 @@ from adapter.core.circuit_status import (
     status_key,
 )
 from adapter.core.control import ControlMessageError, ResetAck, encode
-from adapter.core.dropin_circuit import DropInCircuit, Fate, Turn
 from adapter.core.engine.circuit import CircuitSnapshot
 from adapter.errors import AdapterError, KafkaClientError
 

@@ -7,6 +7,7 @@ Each test reads like the rule it checks (docs/semantics.md §4.13 and the module
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -49,10 +50,14 @@ class Msg:
         return replace(self, reconsume_times=self.reconsume_times + 1)
 
 
+_ENGINES = itertools.count(1)
+
+
 def engine(*tps: tuple[str, int], **kw: Any) -> PullEngine:
+    """An engine over ``tps``; each one named apart (as each consumer names its own)."""
     opts: dict[str, Any] = {"store_interval_s": 0.0}
     opts.update(kw)
-    eng = PullEngine(PullOptions(**opts))
+    eng = PullEngine(PullOptions(**opts), f"c{next(_ENGINES)}")
     for tp in tps or (TP,):
         eng.assigned(tp)
     return eng
@@ -173,6 +178,39 @@ class TestExpiry:
         eng.receive(1, 5.0, now=0.0)
         [copy] = copies(eng.tick(5.0))
         assert copy.dest == DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 3)
+        assert copy.failure is not None
+        assert copy.failure.message == (
+            "not acknowledged within its invisible duration of 5 s (delivery attempt 3 of 3)"
+        )
+
+    def test_the_last_attempt_below_the_maximum_is_retried_and_the_maximum_dead_lettered(
+        self,
+    ) -> None:
+        """``max_delivery_attempts=3``: the second delivery's copy is a retry (attempt 3
+        follows), the third's goes to the DLQ; both sides of the bound."""
+        eng = engine(max_delivery_attempts=3)
+        eng.fetched(TP, [Msg(0, reconsume_times=1), Msg(1, reconsume_times=2)], 2)
+        eng.receive(2, 5.0, now=0.0)
+        dests = [c.dest for c in copies(eng.tick(5.0))]
+        assert dests == [RetryNow(2), DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 3)]
+
+    def test_a_messages_max_reconsume_times_allows_that_many_retries(self) -> None:
+        """``MAX_RECONSUME_TIMES=2`` on the message (over the consumer's 10): deliveries 1
+        and 2 are retried, the third goes to the DLQ."""
+        eng = engine(max_delivery_attempts=10)
+        eng.fetched(
+            TP,
+            [Msg(o, reconsume_times=o, max_reconsume_times=2) for o in range(3)],
+            3,
+        )
+        eng.receive(3, 5.0, now=0.0)
+        dests = [c.dest for c in copies(eng.tick(5.0))]
+        assert dests == [
+            RetryNow(1),
+            RetryNow(2),
+            DeadLetter(DeadLetterReason.MAX_DELIVERY_ATTEMPTS, 3),
+        ]
+        assert [eng.max_attempts(Msg(0, max_reconsume_times=n)) for n in (0, 2, -1)] == [1, 3, 17]
 
     def test_the_default_maximum_is_17_deliveries(self) -> None:
         eng = engine()
@@ -230,7 +268,7 @@ class TestExpiry:
         class View(ReceiptHandle):
             __slots__ = ()
 
-        eng = PullEngine(PullOptions(), handle_type=View)
+        eng = PullEngine(PullOptions(), "c1", handle_type=View)
         eng.assigned(TP)
         fetch(eng, TP, 0, 3)
         got = eng.receive(3, 5.0, now=0.0)

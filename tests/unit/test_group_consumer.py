@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
 from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer
 from adapter.clients.push.concurrent_runner import ConcurrentRunner
+from adapter.constants import HEADER_DUE_MS
 from adapter.core.delay import DelayLevels
 from adapter.core.engine import ConcurrentEngine, EngineOptions, Pause, Resume
 from adapter.core.filter import TagFilter
@@ -213,6 +214,19 @@ def test_an_acknowledged_send_back_settles_the_offset_and_is_counted() -> None:
     assert stats.snapshot()[TOPIC].send_back_failed == 0
     m.group.close()
     assert m.consumer.commits[-1] == {(TOPIC, 0): 2}  # the failed one is settled by its copy
+
+
+def test_a_copy_is_due_its_levels_delay_after_the_send_back() -> None:
+    """The copy of a failed message carries when it is due: the send-back's clock reading
+    plus its level's delay (10 s on level 3), not the send-back time itself."""
+    m = _opened(fail={b"bad"})
+    m.consumer.queue += [record(TOPIC, 0, 0, b"bad")]
+    m.steps(1)
+    [copy] = m.producer.produced
+    assert copy.topic == m.topics.level_topic(3)
+    due = [int(v) for k, v in copy.headers if k == HEADER_DUE_MS]
+    assert due == [m.clock.now_ms() + DelayLevels.DEFAULT.delay_ms(3)]
+    assert DelayLevels.DEFAULT.delay_ms(3) == 10_000
 
 
 def test_copies_acknowledged_in_one_poll_settle_together_beside_a_refused_one() -> None:

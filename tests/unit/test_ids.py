@@ -4,6 +4,7 @@ hex digits: 20 of prefix, 12 of counter), the counter's wrap, and bad input."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -52,3 +53,24 @@ def test_bad_prefix_or_start_is_invalid_input(prefix: object, start: object, fie
     with pytest.raises(InvalidInputError) as info:
         MessageIdGenerator(prefix, start)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_message_ids_are_unique_across_threads_and_32_hex() -> None:
+    gen = MessageIdGenerator(b"\x01" * 10)
+    out: list[str] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        ids = [next(gen.ids).decode() for _ in range(2000)]
+        with lock:
+            out.extend(ids)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(out)) == 8000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in out)
+    with pytest.raises(ValueError):
+        MessageIdGenerator(b"short")

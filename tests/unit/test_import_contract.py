@@ -6,7 +6,8 @@ Read from the source (``ast``), not by importing it, so a violation behind a laz
 
 * base: ``adapter.constants``, ``adapter.errors`` -- import nothing of the adapter;
 * ``adapter.core`` (+ ``adapter.naming``, its public face) -- pure: base only, and no Kafka,
-  Spark or network client;
+  Spark or network client, no clock, thread, uuid, random or process module of the standard
+  library;
 * ``adapter.io`` -- thin Kafka wrappers: base and core;
 * ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, clients (no
   ``ops``, ``analytics``, ``cli``, ``bench``, ``embedded``, ``testing``);
@@ -47,6 +48,21 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 #: third-party packages the pure core must not import
 CLIENT_LIBRARIES = ("confluent_kafka", "pyspark", "fastavro", "tenacity", "prometheus_client")
+#: the standard library the pure core must not import either: clocks, threads, ids, chance,
+#: the process and the network (time and ids are handed in by the client that owns them)
+IMPURE_STDLIB = (
+    "time",
+    "threading",
+    "uuid",
+    "random",
+    "secrets",
+    "os",
+    "subprocess",
+    "multiprocessing",
+    "concurrent",
+    "asyncio",
+    "socket",
+)
 
 
 def module_name(path: Path) -> str:
@@ -129,7 +145,9 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
             continue
         allowed = ALLOWED[layer]
         for target, names, line in imports(name, path):
-            if layer in ("adapter.core", "adapter.naming") and _under(target, CLIENT_LIBRARIES):
+            if layer in ("adapter.core", "adapter.naming") and _under(
+                target, CLIENT_LIBRARIES + IMPURE_STDLIB
+            ):
                 violations.append(f"{name}:{line} imports {target} (the core is pure)")
             if not _under(target, ("adapter",)):
                 continue
@@ -172,6 +190,37 @@ def test_every_client_package_imports_only_the_floors_below_it() -> None:
             for mod in _resolved(target, names, known) or [target]:
                 if mod != "adapter.clients" and not _under(mod, CLIENT_FLOORS[floor]):
                     violations.append(f"{name}:{line} imports {mod} (beside or above {floor})")
+    assert not violations, "\n".join(violations)
+
+
+#: the clock reads the clients and services make through the injected ``Clock`` only
+#: (``adapter/io/clock.py``), so a test drives their timing with a fake one
+CLOCK_READS = ("time", "time_ns", "monotonic", "monotonic_ns")
+#: what still reads the system's clock there, and why
+CLOCK_READS_ALLOWED = {
+    # a one-off bounded read of one record by the DLQ tool (no timing rule depends on it)
+    "adapter.services.dlq",
+}
+
+
+def test_clients_and_services_read_time_through_the_injected_clock() -> None:
+    violations = []
+    for name, path in modules().items():
+        if not _under(name, ("adapter.clients", "adapter.services")):
+            continue
+        if name in CLOCK_READS_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+                and node.attr in CLOCK_READS
+            ):
+                violations.append(f"{name}:{node.lineno} reads time.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module == "time":
+                violations.append(f"{name}:{node.lineno} imports from time")
     assert not violations, "\n".join(violations)
 
 
@@ -272,6 +321,8 @@ def test_the_checker_sees_a_violation() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
     assert _layer("adapter.core.engine.tracking") == "adapter.core"
     assert not _under("adapter.ops.admin", ALLOWED["adapter.clients"])
+    for impure in ("time", "threading", "uuid", "random"):
+        assert _under(impure, IMPURE_STDLIB)
 
 
 def test_a_cycle_through_a_package_init_is_found(tmp_path: Path) -> None:

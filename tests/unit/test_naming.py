@@ -14,6 +14,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from adapter.constants import KAFKA_DLQ_PREFIX, KAFKA_RETRY_PREFIX, KAFKA_TOPIC_MAX_LENGTH
+from adapter.core import naming
 from adapter.core.delay import DelayLevels
 from adapter.core.naming import escape, schedule_level_of, unescape
 from adapter.errors import InvalidDelayLevelError, TopicNameError
@@ -551,3 +552,16 @@ class TestFromKafkaRejects:
         with pytest.raises(TopicNameError) as info:
             unescape("a_Z", field="group")
         assert info.value.field == "group"
+
+
+@pytest.mark.parametrize("topic", ["rmq_retry_g", "rmq.anything", "rmq_"])
+def test_reserved_prefixes_are_refused_for_user_topics(topic: str) -> None:
+    with pytest.raises(TopicNameError) as info:
+        naming.to_kafka(topic)
+    assert info.value.value == topic
+
+
+@pytest.mark.parametrize("kafka_topic", ["rmq.retry.", "rmq.retry._41", "rmq.dlq.a_2"])
+def test_non_canonical_kafka_names_are_refused(kafka_topic: str) -> None:
+    with pytest.raises(TopicNameError):
+        naming.from_kafka(kafka_topic)

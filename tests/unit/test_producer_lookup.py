@@ -20,7 +20,13 @@ from adapter.clients.producer.lookup import (
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.errors import AuthenticationError, BrokerUnavailableError, UnknownTopicError
+from adapter.errors import (
+    AdapterError,
+    AuthenticationError,
+    BrokerUnavailableError,
+    UnknownTopicError,
+)
+from tests.unit.kafka_fakes import FakeClock
 
 pytestmark = pytest.mark.unit
 
@@ -54,13 +60,38 @@ class FakeClient:
         return Metadata({topic: TopicMeta(answer)})
 
 
-def lookup(client: FakeClient, propagation_ms: int = 5_000, raise_fatal: Any = None) -> TopicLookup:
+def lookup(
+    client: FakeClient,
+    propagation_ms: int = 5_000,
+    raise_fatal: Any = None,
+    clock: FakeClock | None = None,
+) -> TopicLookup:
+    if clock is None:
+        return TopicLookup(
+            {"topic.metadata.propagation.max.ms": propagation_ms},
+            send_msg_timeout_ms=30_000,
+            client=lambda: client,
+            raise_fatal=raise_fatal or (lambda: None),
+        )
     return TopicLookup(
         {"topic.metadata.propagation.max.ms": propagation_ms},
         send_msg_timeout_ms=30_000,
         client=lambda: client,
         raise_fatal=raise_fatal or (lambda: None),
+        clock=clock,
     )
+
+
+@dataclass
+class SlowClient(FakeClient):
+    """A :class:`FakeClient` whose every metadata request takes ``step_s`` on ``clock``."""
+
+    clock: FakeClock = field(default_factory=FakeClock)
+    step_s: float = 0.0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Metadata:
+        self.clock.advance(self.step_s)
+        return super().list_topics(topic, timeout)
 
 
 UNKNOWN = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
@@ -125,6 +156,28 @@ def test_a_topic_never_visible_is_unknown_after_the_propagation_bound() -> None:
         topics.kafka_topic("missing")
     assert len(client.asked) == 1
     assert "missing" not in topics.topics
+
+
+def test_the_propagation_bound_is_measured_on_the_producers_clock() -> None:
+    """Every request takes 4 s on the injected clock (no real time): the third ends past the
+    10 s bound, and the lookup gives up then, saying how long it looked."""
+    clock = FakeClock()
+    client = SlowClient(answers=[UNKNOWN] * 1000, clock=clock, step_s=4.0)
+    topics = lookup(client, propagation_ms=10_000, clock=clock)
+    with pytest.raises(UnknownTopicError, match=r"metadata 12\.0s after its first use"):
+        topics.kafka_topic("missing")
+    assert len(client.asked) == 3
+
+
+def test_a_lookup_slice_shrinks_with_the_time_its_lookup_took_on_the_clock() -> None:
+    """Slices that ran out (14.75 s each on the clock) leave less of the request's 30 s bound:
+    the last one asks for no more than what is left."""
+    clock = FakeClock()
+    timeout = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+    client = SlowClient(answers=[timeout] * 1000, clock=clock, step_s=29.5 / 2)
+    with pytest.raises(AdapterError):
+        lookup(client, clock=clock).kafka_topic("slow")
+    assert [round(s, 2) for _, s in client.asked] == [LOOKUP_SLICE_S, LOOKUP_SLICE_S, 0.5]
 
 
 def test_a_timed_out_slice_is_asked_again() -> None:

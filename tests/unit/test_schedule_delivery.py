@@ -318,6 +318,24 @@ def test_exactly_once_lingers_while_forwards_keep_coming() -> None:
     assert publisher.producer.calls[-1] == "commit"
 
 
+def test_exactly_once_commits_once_it_lingered_txn_linger_ms_on_the_services_clock() -> None:
+    """Forwards keep coming: the transaction commits once ``txn_linger_ms`` passed on the
+    service's clock since its first pass ended (no real time passes here)."""
+    host = FakeHost()
+    delivery, publisher, _ = exactly_once(host, txn_linger_ms=60_000)
+    [e0, e1] = due_entries(host, 0, 1)
+    delivery.send(Copy(e0, record(0)))
+    delivery.end_pass(True)  # the linger starts
+    host.clock.now += 59_999
+    delivery.send(Copy(e1, record(1)))
+    delivery.end_pass(True)
+    assert "commit" not in publisher.producer.calls
+    host.clock.now += 1
+    delivery.end_pass(True)
+    assert publisher.producer.calls[-1] == "commit"
+    assert not delivery.transaction_open
+
+
 def test_exactly_once_leaves_offsets_to_the_transaction() -> None:
     delivery, _, consumer = exactly_once(FakeHost())
     delivery.store_offsets(((TP, 7),))

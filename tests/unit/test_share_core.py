@@ -1,11 +1,10 @@
-"""The share backend's pure decisions (adapter.core.share)."""
+"""The share backend's pure decisions (adapter.clients.share.share_rules)."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapter.core.offsets import ConsumeFromWhere
-from adapter.core.share import (
+from adapter.clients.share.share_rules import (
     DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
     FIRST_REACH_MS,
     NOT_FOR_SHARE_CONSUMER,
@@ -23,6 +22,7 @@ from adapter.core.share import (
     on_expiry,
     usable_hold,
 )
+from adapter.core.offsets import ConsumeFromWhere
 from adapter.errors import ConfigError
 
 

@@ -39,7 +39,7 @@ class DropInSettings:
     auto_create_topics: bool = True
     partitions: int = 3
     send_back_retry_interval: float = DEFAULT_SEND_BACK_RETRY_INTERVAL_S
-    #: off by default; see :mod:`adapter.core.dropin_circuit`
+    #: off by default; see :mod:`adapter.clients.dropin.dropin_circuit`
     circuit_breaker: CircuitBreaker | None = None
     clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
 

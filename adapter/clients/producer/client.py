@@ -93,7 +93,11 @@ class Producer:
         # message ids: one ``next()`` per id, lock-free (see MessageIdGenerator)
         self._ids = MessageIdGenerator(process_id_prefix()).ids
         self._lookup = TopicLookup(
-            conf, self.options.send_msg_timeout_ms, lambda: self.client, self._raise_fatal
+            conf,
+            self.options.send_msg_timeout_ms,
+            lambda: self.client,
+            self._raise_fatal,
+            self.options.clock,
         )
         #: logical topic -> Kafka topic, for topics known to exist (the lookup's)
         self._topics = self._lookup.topics
@@ -102,7 +106,7 @@ class Producer:
         self._signals = TerminateAsInterrupt()
         self._warned: set[str] = set()  # kinds of delay warnings logged already
         due: ResendHeap[Any] = ResendHeap(self.options.clock)
-        self._poll = Poller(self._errors, due)
+        self._poll = Poller(self._errors, due, self.options.clock)
         self._inflight = InFlight(self.options, self.stats, due, self._poll.kick)
         #: idle in-flight records for reuse (the in-flight sends')
         self._pool = self._inflight.pool

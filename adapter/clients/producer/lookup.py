@@ -9,7 +9,6 @@ the wait at once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +17,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from adapter.constants import MAX_BLOCK_MS
 from adapter.core import naming
+from adapter.core.clock import Clock
 from adapter.errors import AdapterError, BrokerUnavailableError, UnknownTopicError
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.errors import client_error, permission_hint
 
 #: librdkafka's default ``topic.metadata.propagation.max.ms``.
@@ -91,10 +92,19 @@ class TopicLookup:
     """Logical topic -> Kafka topic, each checked to exist before its first send.
 
     ``client()`` is the confluent-kafka client to ask (started on first use) and
-    ``raise_fatal()`` raises the fatal error the client reported, if any.
+    ``raise_fatal()`` raises the fatal error the client reported, if any.  Every wait and
+    bound is measured on ``clock`` (the producer's).
     """
 
-    __slots__ = ("_client", "_config", "_first_lookup", "_raise_fatal", "_request_s", "topics")
+    __slots__ = (
+        "_client",
+        "_clock",
+        "_config",
+        "_first_lookup",
+        "_raise_fatal",
+        "_request_s",
+        "topics",
+    )
 
     def __init__(
         self,
@@ -102,8 +112,10 @@ class TopicLookup:
         send_msg_timeout_ms: int,
         client: Callable[[], Any],
         raise_fatal: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
+        self._clock = clock
         #: one metadata request at most this long in all (``send_msg_timeout_ms``, bounded)
         self._request_s = min(send_msg_timeout_ms, MAX_BLOCK_MS) / 1000
         self._client = client
@@ -133,18 +145,19 @@ class TopicLookup:
     def _check_topic(self, kafka_topic: str, logical: str) -> None:
         """Look the topic up, again and again (back-off) while it is not visible, until
         ``topic.metadata.propagation.max.ms`` after this producer first looked for it."""
-        now = time.monotonic()
+        monotonic = self._clock.monotonic
+        now = monotonic()
         first = self._first_lookup.setdefault(kafka_topic, now)
         bound = propagation_s(self._config)
         deadline = first + bound
         backoff = tenacity.wait_exponential(multiplier=0.05, max=1.0)
 
         def wait(state: tenacity.RetryCallState) -> float:
-            return min(backoff(state), max(deadline - time.monotonic(), 0.0))
+            return min(backoff(state), max(deadline - monotonic(), 0.0))
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(NotYetVisible),
-            stop=tenacity.stop_after_delay(max(deadline - now, 0.0)),
+            stop=lambda _state: monotonic() >= deadline,
             wait=wait,
             reraise=True,
         )
@@ -156,7 +169,7 @@ class TopicLookup:
                 raise client_error(KafkaException(err), what=f"topic {logical!r}") from None
             raise UnknownTopicError(
                 f"topic {logical!r} does not exist (Kafka topic {kafka_topic!r}; not in the "
-                f"cluster's metadata {time.monotonic() - first:.1f}s after its first use, "
+                f"cluster's metadata {monotonic() - first:.1f}s after its first use, "
                 f"topic.metadata.propagation.max.ms={round(bound * 1000)}); create it or "
                 "enable auto-creation on the broker",
                 kafka_error=err,
@@ -167,7 +180,8 @@ class TopicLookup:
         """One lookup: returns when the topic exists, raises :class:`NotYetVisible` when it
         is not there (yet), and the adapter's error for anything else."""
         bound = self._request_s
-        started = time.monotonic()
+        monotonic = self._clock.monotonic
+        started = monotonic()
 
         tries = transport_failures = 0
 
@@ -177,7 +191,7 @@ class TopicLookup:
                 self._raise_fatal()  # reported since the last try (refused credentials)
             tries += 1
             try:
-                slice_s = lookup_slice(bound, time.monotonic() - started)
+                slice_s = lookup_slice(bound, monotonic() - started)
                 return self._client().list_topics(topic=kafka_topic, timeout=slice_s)
             except KafkaException as exc:
                 if _code(exc) == KafkaError._TRANSPORT:
@@ -193,7 +207,7 @@ class TopicLookup:
             md = tenacity.Retrying(
                 retry=again,
                 wait=wait_to_ask,
-                stop=tenacity.stop_after_delay(bound),
+                stop=lambda _state: monotonic() - started >= bound,
                 reraise=True,
             )(ask)
         except KafkaException as exc:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaException
 
 from adapter.clients.producer.inflight import POLL_INTERVAL_S, Resend, ResendHeap
+from adapter.core.clock import Clock
 
 log = logging.getLogger("adapter.producer")
 
@@ -36,10 +36,12 @@ class Poller:
     """The poll loop of one producer and the state the sending threads share with it.
 
     ``errors`` takes a fatal ``KafkaError`` a poll raised (it surfaces on the next send);
-    ``due`` is the producer's resend heap.
+    ``due`` is the producer's resend heap; ``clock`` the producer's (every wait is measured
+    on it).
     """
 
     __slots__ = (
+        "clock",
         "due",
         "errors",
         "flush_waiters",
@@ -53,7 +55,8 @@ class Poller:
         "wake",
     )
 
-    def __init__(self, errors: Callable[[Any], Any], due: ResendHeap[Resend]) -> None:
+    def __init__(self, errors: Callable[[Any], Any], due: ResendHeap[Resend], clock: Clock) -> None:
+        self.clock = clock
         self.errors = errors
         self.due = due
         self.poll_ident: int | None = None
@@ -153,8 +156,9 @@ class Poller:
             return
         self.inline_ident = threading.get_ident()
         try:
-            deadline = time.monotonic() + timeout
-            while not done() and (left := deadline - time.monotonic()) > 0:
+            monotonic = self.clock.monotonic
+            deadline = monotonic() + timeout
+            while not done() and (left := deadline - monotonic()) > 0:
                 client.flush(min(left, FLUSH_SLICE_S))
         except KafkaException as exc:  # fatal: surfaced by this send's report or the next
             self.errors(exc.args[0])
@@ -167,7 +171,7 @@ class Poller:
     def wait_sent(self, client: Any, timeout: float) -> int:
         """Wait until nothing is queued, in flight or due for a resend, or ``timeout``;
         returns how many messages are left.  Delivery reports stay on the poll thread."""
-        deadline = time.monotonic() + max(timeout, 0.0)
+        deadline = self.clock.monotonic() + max(timeout, 0.0)
         if threading.get_ident() == self.poll_ident:
             # called from a send callback: what it would wait for needs this very thread
             # (and confluent-kafka must not poll from inside its own callback)
@@ -178,7 +182,7 @@ class Poller:
             try:
                 while True:
                     left = len(client) + len(self.due)
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self.clock.monotonic()
                     if not left or remaining <= 0:
                         return left
                     self.progress.wait(min(remaining, POLL_INTERVAL_S))

@@ -1,10 +1,10 @@
 """The records a share consumer's polls acquired, from the poll until they are settled.
 
 :class:`PollState` keeps them (waiting to be received, held by a receive, due for the
-dead-letter queue) and applies :mod:`adapter.core.share`'s decisions to them: which record
-is handed out, which hold ran out, which record is released or dead-lettered.  The consumer
-(:mod:`adapter.clients.share.share_consumer`) owns the lock, the threads and the Kafka calls
-around it; every method here runs under that lock.
+dead-letter queue) and applies :mod:`adapter.clients.share.share_rules`'s decisions to them:
+which record is handed out, which hold ran out, which record is released or dead-lettered.
+The consumer (:mod:`adapter.clients.share.share_consumer`) owns the lock, the threads and
+the Kafka calls around it; every method here runs under that lock.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 import confluent_kafka
 
 from adapter.clients.share.share_group import BROKER_DEFAULT_LOCK_S
+from adapter.clients.share.share_rules import Verdict, earliest_acquisition, on_arrival, on_expiry
 from adapter.clients.share.share_view import ShareHold, ShareMessageView, share_view_of
 from adapter.clients.simple.message_view import MessageView
 from adapter.core.engine.pull import MIN_RECEIVE_INVISIBLE_S, HandleState
 from adapter.core.filter import TagFilter
 from adapter.core.message import view_of
-from adapter.core.share import Verdict, earliest_acquisition, on_arrival, on_expiry
 from adapter.errors import InvalidReceiptHandleError
 
 # the consumer's logger: these lines are the consumer's

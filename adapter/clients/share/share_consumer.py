@@ -7,9 +7,9 @@ partition.  The adapter keeps RocketMQ's contract on top (docs/semantics.md §4.
 invisible duration of a receive inside the group's lock, the release of a message whose
 invisible duration ran out, its own dead-letter queue one delivery before the broker's
 limit, and the group's configuration at start.  The decisions are in
-:mod:`adapter.core.share`; the group's configuration in :mod:`.share_group`, the message
-view (which is its own receipt handle) in :mod:`.share_view`, the records of the polls and
-the holds on them in :mod:`.share_poll`, the dead-letter writes in :mod:`.share_dead_letters`.
+:mod:`.share_rules`; the group's configuration in :mod:`.share_group`, the message view
+(which is its own receipt handle) in :mod:`.share_view`, the records of the polls and the
+holds on them in :mod:`.poll_state`, the dead-letter writes in :mod:`.dead_letters`.
 
 librdkafka's share consumer is not thread-safe and refuses a poll while a record of the
 previous one is unacknowledged.  So the consumer's state and every call into it sit behind
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -38,6 +37,14 @@ from adapter.clients.share.share_group import (
     ResetRefresher,
     configure_share_group,
     share_group_configs,
+)
+from adapter.clients.share.share_rules import (
+    DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
+    NOT_FOR_SHARE_CONSUMER,
+    can_hold,
+    delivery_limit,
+    max_receive_invisible,
+    usable_hold,
 )
 from adapter.clients.share.share_view import ShareHold, ShareMessageView, share_view_of
 from adapter.clients.simple.message_view import (
@@ -64,14 +71,6 @@ from adapter.core.engine.pull import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.offsets import start_rule
-from adapter.core.share import (
-    DEFAULT_SHARE_MAX_DELIVERY_ATTEMPTS,
-    NOT_FOR_SHARE_CONSUMER,
-    can_hold,
-    delivery_limit,
-    max_receive_invisible,
-    usable_hold,
-)
 from adapter.core.types import TP
 from adapter.errors import (
     ClientClosedError,
@@ -110,7 +109,6 @@ _RELEASE = confluent_kafka.AcknowledgeType.RELEASE
 _REJECT = confluent_kafka.AcknowledgeType.REJECT
 _INVISIBLE = HandleState.INVISIBLE
 _ACKED = HandleState.ACKED
-_monotonic = time.monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +160,8 @@ class ShareSimpleConsumer(SimpleConsumer):
         self.delivery_limit = delivery_limit(self.max_delivery_attempts)
         self._await_s = seconds_of("await_duration", opts.await_duration, minimum=0)
         self._clock = opts.clock
+        #: every time read of this backend (the system clock's is time.monotonic itself)
+        self._monotonic: Callable[[], float] = self._clock.monotonic
         self._subs: dict[str, TagFilter] = {}
         # the hot paths take the plain lock (entered in C); waits go through the condition
         self._lock = threading.Lock()
@@ -330,8 +330,8 @@ class ShareSimpleConsumer(SimpleConsumer):
                 self._raise_if_died()
                 return
             self._closed = True
-            end = time.monotonic() + wait
-            while self._polling and time.monotonic() < end:
+            end = self._monotonic() + wait
+            while self._polling and self._monotonic() < end:
                 self._wait(0.1)
             for v in [*self._poll.revoke_all(), *self._poll.drain()]:
                 if v.count >= self.delivery_limit:
@@ -404,7 +404,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         if not self._subs:
             raise InvalidInputError("subscription", None, "subscribe() to a topic before receive()")
         state = self._poll
-        clock = time.monotonic
+        clock = self._monotonic
         end = clock() + self._await_s
         limit = self.share_options.max_unacked_messages
         while True:
@@ -510,7 +510,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 with self._lock:
                     if self._closed:
                         return
-                    now = time.monotonic()
+                    now = self._monotonic()
                     poll = self._poll
                     if not self._polling:
                         poll.expire(now)
@@ -566,6 +566,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         v = message if type(message) is ShareMessageView else share_view_of(message)
         poll = self._poll
         lock = self._lock
+        now = self._monotonic
         # acquire/release rather than ``with``: the statement's lookups cost more than the
         # lock itself, once per message
         lock.acquire()
@@ -576,7 +577,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             # upkeep died, before anything changes; the acknowledgement is counted, and the
             # upkeep sends what the counts say no poll carried yet.
             hold = v.hold
-            if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > _monotonic():
+            if v.state is _INVISIBLE and hold.owner is poll.owner and hold.deadline > now():
                 self._acknowledge(v.record, _ACCEPT)
                 v.state = _ACKED
                 poll.acked += 1
@@ -596,7 +597,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             return
         if self._poll.kc is None or self._closed or self._error is not None:
             self._require_running()
-        v = self._poll.live(v, time.monotonic())
+        v = self._poll.live(v, self._monotonic())
         self._poll.unhold(v)
         self._poll.settle(v, _ACCEPT, _ACKED)
 
@@ -612,7 +613,7 @@ class ShareSimpleConsumer(SimpleConsumer):
         )
         self._require_running()
         with self._lock:
-            now = time.monotonic()
+            now = self._monotonic()
             v = self._poll.live(message, now)
             lock_s = self.lock_duration or BROKER_DEFAULT_LOCK_S
             if invisible_s > 0 and not can_hold(v.acquired_at, lock_s, now, invisible_s):

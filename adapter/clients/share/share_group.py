@@ -22,8 +22,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from adapter.clients.share.share_rules import OffsetReset, lock_ms, offset_reset
 from adapter.core.offsets import ConsumeFromWhere
-from adapter.core.share import OffsetReset, lock_ms, offset_reset
 from adapter.errors import ConfigError
 from adapter.io.config import admin_config
 from adapter.io.errors import make_client

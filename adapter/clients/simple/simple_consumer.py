@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,7 +72,6 @@ from adapter.errors import (
     InvalidInputError,
     UnackedLimitError,
 )
-from adapter.io.clock import SystemClock
 from adapter.io.config import build_options, check_group_protocol
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
@@ -82,7 +81,7 @@ from adapter.io.topics import ensure_topics, plan_topics
 log = logging.getLogger("adapter.simple_consumer")
 
 #: The options, backends and message view live in :mod:`.simple_options` and
-#: :mod:`.simple_view`; they stay importable from here.
+#: :mod:`.message_view`; they stay importable from here.
 __all__ = [
     "BACKENDS",
     "DEFAULT_AWAIT_DURATION_S",
@@ -370,10 +369,8 @@ class SimpleConsumer:
         self.dlq_topic = naming.dlq_topic(group)
         self._await_s = self.options.await_s
         self._clock = self.options.clock
-        #: the clock read of the receive/ack path (the system's, called directly)
-        self._monotonic: Callable[[], float] = (
-            time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic
-        )
+        #: the clock read of the receive/ack path (the system clock's is time.monotonic itself)
+        self._monotonic: Callable[[], float] = self._clock.monotonic
         self._subscriptions: dict[str, TagFilter] = {}
         self._lock = threading.Lock()
         self._engine = PullEngine(
@@ -385,6 +382,7 @@ class SimpleConsumer:
                     max_span=self.options.consume_concurrently_max_span,
                 ),
             ),
+            uuid.uuid4().hex[:12],
             handle_type=ClassicMessageView,
         )
         self._waiting: deque[_Waiting] = deque()

@@ -40,7 +40,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -302,15 +301,16 @@ class PullEngine:
     def __init__(
         self,
         options: PullOptions,
-        consumer_id: str | None = None,
+        consumer_id: str,
         *,
         handle_type: type[ReceiptHandle] = ReceiptHandle,
     ) -> None:
         self.options = options
         #: the class of the handles issued (a subclass of ReceiptHandle without slots)
         self.handle_type = handle_type
-        #: names this engine in its handles: a handle from another consumer is refused
-        self.consumer_id = consumer_id or uuid.uuid4().hex[:12]
+        #: names this engine in its handles: a handle from another consumer is refused (the
+        #: consumer makes it unique: the engine is pure)
+        self.consumer_id = consumer_id
         self._parts: dict[TP, _Partition] = {}
         self._generations: dict[TP, int] = {}
         self._ready: dict[TP, None] = {}  # partitions with something to receive (ordered)

@@ -5,21 +5,26 @@ Every topic is shown by its logical name (``orders``, ``%RETRY%g``, ``%DLQ%g``,
 ``SCHEDULE_TOPIC_XXXX/L03-10s``); JSON adds the Kafka name as ``kafka_topic``.
 
 One module per report (:mod:`.progress`, :mod:`.resets`, :mod:`.schedule`), over what was read
-from the cluster (:mod:`.cluster`), partition health (:mod:`.health`) and the text helpers
-(:mod:`.text`); every name stays importable from here (and from ``adapter.ops.views``).
+from the cluster (:mod:`adapter.core.cluster`), partition health (:mod:`.health`) and the
+text helpers (:mod:`.text`); every name is importable from here.  Presentation: it belongs to
+the ops layer, over the core's data.
 """
 
 from __future__ import annotations
 
-from adapter.core.views.cluster import GroupInfo, Logical, Member, Record, assignment_text
-from adapter.core.views.health import (
+from adapter.core.cluster import (
     HEALTH_OK,
     LEADERLESS,
     UNDER_REPLICATED,
+    GroupInfo,
+    Logical,
+    Member,
     PartitionHealth,
-    health_notes,
+    Record,
+    assignment_text,
     partition_status,
 )
+from adapter.core.views.health import health_notes
 from adapter.core.views.progress import (
     DlqSize,
     GroupProgress,

@@ -8,11 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.core.circuit_status import MemberCircuit
+from adapter.core.cluster import (
+    GroupInfo,
+    Logical,
+    Member,
+    PartitionHealth,
+    assignment_text,
+    topic_order,
+)
 from adapter.core.codec import logical_topic
 from adapter.core.offsets import ConsumeFromWhere, StartAt, first_start
 from adapter.core.types import TP
-from adapter.core.views.cluster import GroupInfo, Logical, Member, assignment_text, topic_order
-from adapter.core.views.health import PartitionHealth, health_json, health_marker, health_notes
+from adapter.core.views.health import health_json, health_marker, health_notes
 from adapter.core.views.text import num_text, text_table
 
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.core.cluster import Member
 from adapter.core.control import ResetTarget
-from adapter.core.views.cluster import Member
 from adapter.core.views.text import num_text, text_table
 
 

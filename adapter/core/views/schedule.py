@@ -6,16 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from adapter.core.cluster import LEADERLESS, UNDER_REPLICATED, GroupInfo, PartitionHealth
 from adapter.core.timespec import format_time
-from adapter.core.views.cluster import GroupInfo
-from adapter.core.views.health import (
-    LEADERLESS,
-    UNDER_REPLICATED,
-    PartitionHealth,
-    health_json,
-    health_marker,
-    health_notes,
-)
+from adapter.core.views.health import health_json, health_marker, health_notes
 from adapter.core.views.progress import compute_lag
 from adapter.core.views.text import format_span_ms, text_table
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -426,7 +425,7 @@ class ExactlyOnce:
         if not self._open:
             self._since = None
             return
-        now = time.monotonic()
+        now = self.host.clock.monotonic()
         if self._since is None:
             self._since = now
         if not forwarded or (now - self._since) * 1000 >= self._linger_ms:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,8 +12,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
 from adapter.core import naming
+from adapter.core.clock import Clock
 from adapter.core.schedule import Forward
 from adapter.errors import TopicNameError
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import admin_config
 from adapter.io.errors import is_unknown_topic, make_client
 from adapter.io.offsets import LOOKUP_TIMEOUT_S, retrying_lookup
@@ -40,13 +41,18 @@ class Destinations:
     the producer until ``message.timeout.ms`` and, exactly-once, hold back every other
     entry of its transaction that long).  When the broker does not answer in time (it is
     down or slow) the forward goes on with the count it had, and the loop never blocks
-    longer than that.
+    longer than that.  Ages are measured on ``clock`` (the service's).
     """
 
     def __init__(
-        self, config: Mapping[str, Any], ttl_s: float, refresh_wait_s: float = REFRESH_WAIT_S
+        self,
+        config: Mapping[str, Any],
+        ttl_s: float,
+        refresh_wait_s: float = REFRESH_WAIT_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
+        self._clock = clock
         self._ttl_s = ttl_s
         self._refresh_wait_s = refresh_wait_s
         self._known: dict[str, tuple[int, float]] = {}
@@ -61,16 +67,16 @@ class Destinations:
             kafka_topic = naming.to_kafka(fwd.real_topic)
         except TopicNameError as exc:
             return str(exc), 0
-        partitions = self.partitions(kafka_topic, time.monotonic())
+        partitions = self.partitions(kafka_topic, self._clock.monotonic())
         if partitions is not None:
             # stale: a refresh is under way; its answer may be "gone"
             self.settle(kafka_topic, self._refresh_wait_s)
-            partitions = self.partitions(kafka_topic, time.monotonic())
+            partitions = self.partitions(kafka_topic, self._clock.monotonic())
         if partitions is None:
             partitions = partition_count(consumer, kafka_topic)
             if partitions is None:
                 return f"REAL_TOPIC {fwd.real_topic!r} does not exist", 0
-            self.known(kafka_topic, partitions, time.monotonic())
+            self.known(kafka_topic, partitions, self._clock.monotonic())
         if fwd.real_queue_id is not None and fwd.real_queue_id >= partitions:
             problem = (
                 f"REAL_QID={fwd.real_queue_id} but {fwd.real_topic!r} has {partitions} partitions"
@@ -128,7 +134,7 @@ class Destinations:
                 if isinstance(err, KafkaError) and is_unknown_topic(err):
                     self._known.pop(topic, None)  # gone: the next forward finds out
                 continue  # any other failure: keep the count, try again later
-            self._known[topic] = (len(description.partitions), time.monotonic())
+            self._known[topic] = (len(description.partitions), self._clock.monotonic())
 
     def close(self) -> None:
         self._admin = None

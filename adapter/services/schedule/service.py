@@ -271,7 +271,7 @@ class _ServiceLoop:
         self._consumer: Any = None
         self._pauser: PartitionPauser | None = None
         self._cooperative = True
-        self._destinations = Destinations(service._config, DESTINATION_TTL_S)
+        self._destinations = Destinations(service._config, DESTINATION_TTL_S, clock=self.clock)
         self._levels: dict[str, tuple[int, int]] = {}  # Kafka topic -> (level, delay ms)
         self._trace: TraceSink | None = opts.trace_sink
         self._owned_trace: Any = None

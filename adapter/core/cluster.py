@@ -1,11 +1,12 @@
 """What an admin command read from the cluster: records, consumer groups and their members,
-and the order the reports list topics in (users' topics, then retry topics, then DLQs)."""
+partitions' replication health, and the order the reports list topics in (users' topics,
+then retry topics, then DLQs).  The reports over them are in :mod:`adapter.core.views`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from adapter.core.codec import logical_topic
 from adapter.core.naming import is_dlq_topic, is_retry_topic
@@ -99,3 +100,61 @@ def topic_order(kafka_topic: str, logical: Logical = logical_topic) -> tuple[int
     name = logical(kafka_topic)
     rank = 2 if is_dlq_topic(name) else 1 if is_retry_topic(name) else 0
     return rank, name
+
+
+HEALTH_OK: Final = "ok"
+UNDER_REPLICATED: Final = "under-replicated"
+LEADERLESS: Final = "leaderless"
+
+
+def partition_status(leader: int, replicas: int, isr: int) -> str:
+    """A partition's health from its metadata: ``leaderless`` (no leader, ``leader < 0``: it
+    can be neither read nor written), ``under-replicated`` (fewer in-sync replicas than
+    replicas) or ``ok``."""
+    if leader < 0:
+        return LEADERLESS
+    if isr < replicas:
+        return UNDER_REPLICATED
+    return HEALTH_OK
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    """A partition's replication as the cluster metadata reports it: its leader's node id
+    (``None``: no leader), how many replicas it has and how many of them are in sync."""
+
+    leader: int | None
+    replicas: int
+    isr: int
+
+    @classmethod
+    def of(cls, leader: int, replicas: Sequence[int], isrs: Sequence[int]) -> PartitionHealth:
+        """From the metadata's fields (confluent-kafka's ``PartitionMetadata.leader``,
+        ``.replicas``, ``.isrs``): node ids, leader ``-1`` when there is none."""
+        return cls(None if leader < 0 else leader, len(replicas), len(isrs))
+
+    @property
+    def status(self) -> str:
+        return partition_status(-1 if self.leader is None else self.leader, self.replicas, self.isr)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == HEALTH_OK
+
+    @property
+    def readable(self) -> bool:
+        """Whether its offsets can be asked (it has a leader)."""
+        return self.leader is not None
+
+    def describe(self) -> str:
+        """``under-replicated: 2 of 3 replicas in sync, leader 1``."""
+        leader = "no leader" if self.leader is None else f"leader {self.leader}"
+        return f"{self.status}: {self.isr} of {self.replicas} replicas in sync, {leader}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leader": self.leader,
+            "replicas": self.replicas,
+            "isr": self.isr,
+            "status": self.status,
+        }
