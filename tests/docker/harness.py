@@ -287,5 +287,16 @@ CIRCUIT_METRICS = {
     "rmq_consumer_circuit_opened_total": {"group"},
     "rmq_consumer_circuit_held_messages": {"group"},
 }
-ALL_METRICS = {**CONSUMER_METRICS, **SCHEDULE_METRICS, **PRODUCER_METRICS, **CIRCUIT_METRICS}
+#: a group's backlog (the autoscaling signal): only from a ScheduleService given ``lag_groups``
+BACKLOG_METRICS = {
+    "rmq_group_backlog": {"group"},
+    "rmq_group_backlog_part": {"group", "part"},
+}
+ALL_METRICS = {
+    **CONSUMER_METRICS,
+    **SCHEDULE_METRICS,
+    **PRODUCER_METRICS,
+    **CIRCUIT_METRICS,
+    **BACKLOG_METRICS,
+}
 HISTOGRAMS = {"rmq_consumer_listener_duration_seconds", "rmq_schedule_lateness_seconds"}
