@@ -50,6 +50,7 @@ from adapter.io.errors import (
     topic_metadata,
 )
 from adapter.io.polling import watermarks
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.dlq")
 
@@ -375,6 +376,9 @@ def _redrive(
             "headers": redrive_headers(msg.raw_headers, origin),
         }
         records.append((msg.msg_id, target, record))
+        hooks = telemetry.active
+        if hooks is not None:  # the redrive's ``send`` span, in the message's trace
+            hooks.copy("redrive", msg.properties, target, msg.msg_id)
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
     report = None if progress is None else _Counter(progress, len(records))
     sent, failed, too_large = _send(producer, records, timeout_s, alone=False, progress=report)

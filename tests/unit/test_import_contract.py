@@ -8,7 +8,9 @@ Read from the source (``ast``), not by importing it, so a violation behind a laz
 * ``adapter.core`` (+ ``adapter.naming``, its public face) -- pure: base only, and no Kafka,
   Spark or network client;
 * ``adapter.io`` -- thin Kafka wrappers: base and core;
-* ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, clients (no
+* ``adapter.telemetry`` -- OpenTelemetry spans and context (the optional extra): base, core, io;
+* ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, telemetry,
+  clients (no
   ``ops``, ``analytics``, ``cli``, ``bench``, ``embedded``, ``testing``);
 * ``adapter.ops`` and ``adapter.analytics`` -- operations and analytics over the clients;
 * the top: ``adapter.cli``, ``adapter.bench``, ``adapter.demo``, ``adapter.testing``, ...
@@ -30,7 +32,8 @@ PACKAGE = ROOT / "adapter"
 BASE = ("adapter.constants", "adapter.errors")
 CORE = (*BASE, "adapter.core", "adapter.naming")
 IO = (*CORE, "adapter.io")
-CLIENTS = (*IO, "adapter.clients", "adapter.services")
+TELEMETRY = (*IO, "adapter.telemetry")
+CLIENTS = (*TELEMETRY, "adapter.clients", "adapter.services")
 
 #: layer (module prefix) -> what it may import from the adapter (module prefixes)
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -39,6 +42,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "adapter.core": CORE,
     "adapter.naming": CORE,
     "adapter.io": IO,
+    "adapter.telemetry": TELEMETRY,
     "adapter.clients": CLIENTS,
     "adapter.services": CLIENTS,
 }

@@ -97,6 +97,7 @@ from adapter.io.polling import release_assignment as release
 from adapter.io.protocols import AdminFactory, ConsumerFactory, ProducerFactory
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
+from adapter.telemetry import state as telemetry
 
 __all__ = [
     "IDLE_FETCH_S",
@@ -473,6 +474,9 @@ class GroupConsumer:
         """Carry out what the engine asked for (one handler per action type; the copies of
         failed messages, most of what a failing stream asks for, without the look-up, and
         stamped with one clock reading for all of them)."""
+        hooks = telemetry.active
+        if hooks is not None:  # a ``send`` span per copy of a consumed message
+            hooks.copies(actions, self.group, self.topics)
         handlers = self._handlers
         now_ms: int | None = None
         copy = self._copier.copy
