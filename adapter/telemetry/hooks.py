@@ -58,7 +58,9 @@ def header_carrier(headers: Iterable[tuple[str, bytes | str | None]] | None) -> 
 class Hooks:
     """What an instrumented adapter calls: see the module docstring."""
 
-    def __init__(self, tracer_provider: Any, meter_provider: Any, scope: str, version: str) -> None:
+    def __init__(
+        self, tracer_provider: Any, meter_provider: Any, scope: str, version: str | None
+    ) -> None:
         self.tracer = trace.get_tracer(scope, version, tracer_provider=tracer_provider)
         self.meter_provider = meter_provider
 

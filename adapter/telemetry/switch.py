@@ -3,6 +3,7 @@ instrumentors work (global providers unless given)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from typing import Any
 
@@ -26,10 +27,9 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> None:
             tracer_provider,
             "OpenTelemetry is not installed: pip install 'rmq-kafka-adapter[otel]'",
         )
-    from adapter import __version__
     from adapter.telemetry.hooks import Hooks
 
-    state.active = Hooks(tracer_provider, meter_provider, SCOPE, __version__)
+    state.active = Hooks(tracer_provider, meter_provider, SCOPE, _version())
 
 
 def uninstrument() -> None:
@@ -40,3 +40,11 @@ def uninstrument() -> None:
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
     return state.active is not None
+
+
+def _version() -> str | None:
+    """The installed distribution's version (the instrumentation scope's)."""
+    try:
+        return importlib.metadata.version(SCOPE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
