@@ -9,6 +9,7 @@ import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +43,7 @@ from tests.support.consumer_helpers import (
     running_pair,
     wait_until,
 )
+from tests.support.trace_timeline import render
 
 pytestmark = pytest.mark.integration
 
@@ -110,8 +112,12 @@ def fails_until(times: int) -> RecordingListener:
 
 
 def test_a_message_that_fails_twice_is_one_trace_with_one_traceparent_on_every_copy(
-    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+    kafka_bootstrap_servers: str,
+    kafka_topic_factory: Any,
+    spans: InMemorySpanExporter,
+    tmp_path: Path,
 ) -> None:
+    """Also draws the trace (docs/tracing.md's picture; see tests/support/trace_timeline.py)."""
     topic = kafka_topic_factory(partitions=1)
     listener = fails_until(2)
     with traced_pair(kafka_bootstrap_servers, topic, listener, delivery="AT_LEAST_ONCE") as pair:
@@ -163,6 +169,8 @@ def test_a_message_that_fails_twice_is_one_trace_with_one_traceparent_on_every_c
     assert expected[0].decode().split("-")[1] == f"{send.context.trace_id:032x}"
     for record in copies:
         assert traceparents(record) == expected, record
+    picture = render(got, tmp_path / "tracing.png")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_poison_message_s_trace_ends_in_the_dead_letter_write_and_its_redrive(
