@@ -181,6 +181,39 @@ class Hooks:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
 
+    def received(self, views: Sequence[Any], group: str) -> None:
+        """The ``receive`` span of a SimpleConsumer's ``receive()`` (its messages, each a
+        :class:`~adapter.clients.simple.message_view.MessageView`): a child of the one
+        message's context, or for several no parent and a link to each message's."""
+        if not views:
+            return
+        msgs = [v.message for v in views]
+        contexts = [self.context_of(m.properties) for m in msgs]
+        first = msgs[0]
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "receive",
+            "messaging.operation.name": "receive",
+            "messaging.destination.name": first.topic,
+            "messaging.consumer.group.name": group,
+            "messaging.batch.message_count": len(msgs),
+        }
+        parent: Context | None = None
+        if len(msgs) == 1:
+            attributes["messaging.destination.partition.id"] = str(first.queue_id)
+            attributes["messaging.kafka.offset"] = first.queue_offset
+            attributes["messaging.message.id"] = first.msg_id
+            attributes["rocketmq.reconsume_times"] = first.reconsume_times
+            parent = contexts[0]
+        span = self.tracer.start_span(
+            f"receive {first.topic}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=self._links(contexts),
+        )
+        span.end()
+
     def copies(self, actions: Sequence[Any], group: str, topics: Any) -> None:
         """A ``send`` span for each copy of a consumed message among ``actions`` (the
         engine's :class:`~adapter.core.engine.SendBack` s; other actions are skipped)."""

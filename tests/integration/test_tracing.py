@@ -5,8 +5,10 @@ the adapter makes (docs/tracing.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from adapter import (
     ScheduleService,
     telemetry,
 )
+from adapter.kafka import Consumer as DropInConsumer
 from adapter.services.dlq import read_dlq, redrive
 from tests.support.consumer_helpers import (
     LATER,
@@ -43,6 +46,7 @@ from tests.support.consumer_helpers import (
     running_pair,
     wait_until,
 )
+from tests.support.simple_backends import BACKENDS, simple_consumer
 from tests.support.trace_timeline import render
 
 pytestmark = pytest.mark.integration
@@ -83,7 +87,7 @@ def traceparents(record: RawRecord) -> list[bytes | None]:
 
 @contextlib.contextmanager
 def traced_pair(
-    bootstrap: str, topic: str, listener: RecordingListener, *, delivery: str, **options: Any
+    bootstrap: str, topic: str, listener: Any, *, delivery: str, **options: Any
 ) -> Iterator[Pair]:
     """A ScheduleService forwarding with ``delivery`` and a PushConsumer on a fresh group
     and namespace (the short ladder), both made while instrumented."""
@@ -363,3 +367,108 @@ def test_uninstrumented_no_header_is_added_and_no_span_made(
     assert all(traceparents(r) == [] for r in records)
     assert [s.name for s in exporter.get_finished_spans()] == ["the caller"]
     provider.shutdown()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_simple_consumer_s_receives_are_in_the_message_s_trace(
+    kafka_bootstrap_servers: str,
+    kafka_topic_factory: Any,
+    spans: InMemorySpanExporter,
+    backend: str,
+) -> None:
+    """Received, left unacknowledged (its invisible duration runs out), received again and
+    acknowledged: each receive is a span of the send's trace, and the classic backend's copy
+    to the retry topic is one more, carrying the send's context once."""
+    topic = kafka_topic_factory(partitions=1)
+    with Producer({"bootstrap.servers": kafka_bootstrap_servers}) as producer:
+        producer.send(Message(topic=topic, body=b"pulled"))
+    with simple_consumer(backend, kafka_bootstrap_servers, topic, new_group()) as sc:
+        first: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not first and time.monotonic() < deadline:
+            first = sc.receive(1, 2.0)
+        assert len(first) == 1
+        again: list[Any] = []
+        while not again and time.monotonic() < deadline + 30:
+            again = sc.receive(1, 2.0)
+        assert len(again) == 1 and again[0].delivery_attempt == 2
+        sc.ack(again[0])
+        group = sc.consumer_group
+        retried = read_topic(
+            {"bootstrap.servers": kafka_bootstrap_servers}, retry_kafka_topic(group)
+        )
+    got = finished(spans)
+    kinds = [hop(s) for s in got]
+    assert kinds.count("receive") == 2 and kinds[0] == "send", kinds
+    assert len(trace_ids(got)) == 1
+    receives = [s for s in got if hop(s) == "receive"]
+    assert [(s.attributes or {}).get("rocketmq.reconsume_times") for s in receives] == [0, 1]
+    if backend == "classic":
+        assert "retry" in kinds
+        first_record = read_topic({"bootstrap.servers": kafka_bootstrap_servers}, topic)[0]
+        assert len(retried) == 1
+        assert traceparents(retried[0]) == traceparents(first_record)
+        assert len(traceparents(first_record)) == 1
+
+
+def test_the_drop_in_s_send_back_and_its_forward_are_in_the_message_s_trace(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+) -> None:
+    topic = kafka_topic_factory(partitions=1)
+    with Producer({"bootstrap.servers": kafka_bootstrap_servers}) as producer:
+        producer.send(Message(topic=topic, body=b"dropped-in"))
+    group, ns = new_group(), new_namespace()
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    times: list[int] = []
+    with (
+        ScheduleService(conf, delay_levels=LEVELS, namespace=ns, partitions=1),
+        DropInConsumer(
+            {**conf, "group.id": group, "auto.offset.reset": "earliest"},
+            delay_levels=LEVELS,
+            namespace=ns,
+            partitions=1,
+        ) as c,
+    ):
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(times) < 2 and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            times.append(c.reconsume_times(msg))
+            if times[-1] == 0:
+                c.reconsume_later(msg)
+            c.commit(message=msg)
+        retried = read_topic(conf, retry_kafka_topic(group))
+        first = read_topic(conf, topic)[0]
+    assert times == [0, 1]
+    got = finished(spans)
+    assert [hop(s) for s in got] == ["send", "send-back", "forward"]
+    assert len(trace_ids(got)) == 1
+    assert len(traceparents(first)) == 1 and traceparents(retried[0]) == traceparents(first)
+
+
+def test_an_async_listener_s_calls_are_process_spans(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+) -> None:
+    topic = kafka_topic_factory(partitions=1)
+    calls: list[int] = []
+
+    async def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
+        await asyncio.sleep(0)
+        calls.append(msgs[0].reconsume_times)
+        return LATER if msgs[0].reconsume_times == 0 else OK
+
+    with traced_pair(kafka_bootstrap_servers, topic, listener, delivery="AT_LEAST_ONCE"):
+        with Producer({"bootstrap.servers": kafka_bootstrap_servers}) as producer:
+            producer.send(Message(topic=topic, body=b"awaited"))
+        wait_until(lambda: sum(hop(s) == "process" for s in finished(spans)) >= 2, 60, "spans")
+    got = finished(spans)
+    assert calls[:2] == [0, 1]
+    assert [hop(s) for s in got] == ["send", "process", "send-back", "forward", "process"]
+    assert len(trace_ids(got)) == 1
+    processes = [s for s in got if hop(s) == "process"]
+    assert [(s.attributes or {}).get("rocketmq.result") for s in processes] == [
+        "RECONSUME_LATER",
+        "CONSUME_SUCCESS",
+    ]
