@@ -29,6 +29,7 @@ from adapter import (
     ScheduleService,
     telemetry,
 )
+from adapter.errors import ConfigError
 from adapter.kafka import Consumer as DropInConsumer
 from adapter.services.dlq import read_dlq, redrive
 from tests.support.consumer_helpers import (
@@ -87,7 +88,13 @@ def traceparents(record: RawRecord) -> list[bytes | None]:
 
 @contextlib.contextmanager
 def traced_pair(
-    bootstrap: str, topic: str, listener: Any, *, delivery: str, **options: Any
+    bootstrap: str,
+    topic: str,
+    listener: Any,
+    *,
+    delivery: str,
+    service_tracing: bool = True,
+    **options: Any,
 ) -> Iterator[Pair]:
     """A ScheduleService forwarding with ``delivery`` and a PushConsumer on a fresh group
     and namespace (the short ladder), both made while instrumented."""
@@ -103,7 +110,14 @@ def traced_pair(
     )
     consumer.subscribe(topic, "*")
     consumer.register_message_listener(listener)
-    svc = ScheduleService(conf, delay_levels=LEVELS, namespace=ns, partitions=1, delivery=delivery)
+    svc = ScheduleService(
+        conf,
+        delay_levels=LEVELS,
+        namespace=ns,
+        partitions=1,
+        delivery=delivery,
+        tracing=service_tracing,
+    )
     with svc, consumer:
         yield Pair(conf, [topic], group, ns, consumer, svc, listener)
 
@@ -472,3 +486,43 @@ def test_an_async_listener_s_calls_are_process_spans(
         "RECONSUME_LATER",
         "CONSUME_SUCCESS",
     ]
+
+
+def test_clients_that_opt_out_make_no_span_and_add_no_header(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+) -> None:
+    """``tracing=False`` on a Producer, a PushConsumer and a ScheduleService, while
+    instrumented: a retried message carries no context and no span is made."""
+    topic = kafka_topic_factory(partitions=1)
+    listener = fails_until(1)
+    with traced_pair(
+        kafka_bootstrap_servers,
+        topic,
+        listener,
+        delivery="AT_LEAST_ONCE",
+        tracing=False,
+        service_tracing=False,
+    ) as pair:
+        with Producer({"bootstrap.servers": kafka_bootstrap_servers}, tracing=False) as producer:
+            producer.send(Message(topic=topic, body=b"private"))
+        wait_until(lambda: len(listener) >= 2, 60, "the retry's success")
+        records = [
+            *read_topic(pair.conf, topic),
+            *pair.retry_records(),
+            *(r for lv in pair.delay_records().values() for r in lv),
+        ]
+    assert telemetry.is_instrumented()
+    assert len(records) == 3 and all(traceparents(r) == [] for r in records)
+    assert finished(spans) == []
+
+
+@pytest.mark.parametrize("client", ["Producer", "PushConsumer", "ScheduleService"])
+def test_tracing_must_be_a_bool(client: str) -> None:
+    conf = {"bootstrap.servers": "127.0.0.1:9"}
+    make = {
+        "Producer": lambda: Producer(conf, tracing="no"),  # type: ignore[typeddict-item]
+        "PushConsumer": lambda: PushConsumer({**conf, "group.id": "g"}, tracing="no"),  # type: ignore[typeddict-item]
+        "ScheduleService": lambda: ScheduleService(conf, tracing="no"),  # type: ignore[typeddict-item]
+    }[client]
+    with pytest.raises(ConfigError, match="tracing='no'"):
+        make()

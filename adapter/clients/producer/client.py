@@ -230,7 +230,7 @@ class Producer:
         msg_id = next(self._ids).decode()
         headers = message_headers(msg, msg_id)
         hooks = telemetry.active
-        if hooks is not None:  # a ``send`` span, its context in the headers
+        if hooks is not None and self.options.tracing:  # a ``send`` span, its context
             headers = hooks.send(headers, msg.topic, msg_id, msg.partition)
         if not is_scheduled(msg):
             return plain_record(msg, kafka_topic, msg_id, headers)

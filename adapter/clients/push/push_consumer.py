@@ -270,6 +270,7 @@ class PushConsumer:
             clock=opts.clock,
             trace=trace,
         )
+        member.tracing = opts.tracing
         if reporter is not None:
             reporter.bind(member.member_id, member.engine.circuit)  # type: ignore[attr-defined]
             member.circuit_status = reporter
@@ -319,7 +320,7 @@ class PushConsumer:
 
     def _runner(self, member: GroupConsumer, engine: ConcurrentEngine | OrderlyEngine) -> Runner:
         """How the registered listener is run (one runner per listener kind)."""
-        hooks = telemetry.active
+        hooks = telemetry.active if self.options.tracing else None
         if isinstance(engine, OrderlyEngine):
             assert self._orderly is not None
             orderly = self._orderly

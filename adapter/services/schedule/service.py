@@ -387,7 +387,9 @@ class _ServiceLoop:
             )
             self._forwarded(entry, now_ms, decision)
             hooks = telemetry.active
-            if hooks is not None:  # the forward's ``send`` span, its lateness on it
+            if (
+                hooks is not None and self.opts.tracing
+            ):  # the forward's ``send`` span, its lateness on it
                 hooks.forward(
                     record.headers,
                     record.topic,
