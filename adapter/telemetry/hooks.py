@@ -63,6 +63,9 @@ class Hooks:
     ) -> None:
         self.tracer = trace.get_tracer(scope, version, tracer_provider=tracer_provider)
         self.meter_provider = meter_provider
+        provider = tracer_provider or trace.get_tracer_provider()
+        #: the API's no-op provider records nothing and carries nothing: no work at all
+        self.noop = isinstance(provider, trace.NoOpTracerProvider)
 
     # -- context ---------------------------------------------------------------------------
     @staticmethod
@@ -96,6 +99,8 @@ class Hooks:
     def send(self, headers: Headers, topic: str, msg_id: str, partition: int | None) -> Headers:
         """A producer's ``send`` span (a child of the current context), its context written
         into ``headers`` (returned)."""
+        if self.noop:
+            return headers
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "send",
@@ -116,6 +121,8 @@ class Hooks:
     ) -> Callable[..., Any]:
         """``listener`` (``listener(msgs, ctx)``, a plain or an ``async def`` function) with
         a ``process`` span around each call."""
+        if self.noop:
+            return listener
         process = self.process
         call = getattr(listener, "__call__", None)  # noqa: B004 - an async __call__
         if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(call):
@@ -185,7 +192,7 @@ class Hooks:
         """The ``receive`` span of a SimpleConsumer's ``receive()`` (its messages, each a
         :class:`~adapter.clients.simple.message_view.MessageView`): a child of the one
         message's context, or for several no parent and a link to each message's."""
-        if not views:
+        if not views or self.noop:
             return
         msgs = [v.message for v in views]
         contexts = [self.context_of(m.properties) for m in msgs]
@@ -217,6 +224,8 @@ class Hooks:
     def copies(self, actions: Sequence[Any], group: str, topics: Any) -> None:
         """A ``send`` span for each copy of a consumed message among ``actions`` (the
         engine's :class:`~adapter.core.engine.SendBack` s; other actions are skipped)."""
+        if self.noop:
+            return
         for action in actions:
             dest = getattr(action, "dest", None)
             if dest is None:
@@ -251,6 +260,8 @@ class Hooks:
         """The ``send`` span of one copy (``hop``) of a message whose headers (as text)
         are ``carried``: a child of the context they carry.  The copy itself keeps those
         headers (the first send's context) unchanged."""
+        if self.noop:
+            return
         parent = self.context_of(carried)
         attrs: dict[str, Any] = {
             "messaging.system": SYSTEM,

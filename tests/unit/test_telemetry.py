@@ -170,3 +170,20 @@ def test_instrument_without_opentelemetry_names_the_extra(monkeypatch: pytest.Mo
         telemetry.instrument()
     assert isinstance(err.value, AdapterError) and err.value.field == "tracer_provider"
     assert not telemetry.is_instrumented()
+
+
+def test_the_api_s_no_op_provider_costs_nothing() -> None:
+    """Instrumented with OpenTelemetry's no-op tracer provider: listeners are not wrapped
+    and no header is written (nothing would be recorded or carried anyway)."""
+    from opentelemetry.trace import NoOpTracerProvider
+
+    def listener(msgs: list[Any], ctx: Any) -> None:
+        del msgs, ctx
+
+    telemetry.instrument(tracer_provider=NoOpTracerProvider())
+    try:
+        assert hooks().wrap_listener(listener, "g", None) is listener
+        headers = [("KEYS", b"k")]
+        assert hooks().send(headers, "orders", "id", None) == [("KEYS", b"k")]
+    finally:
+        telemetry.uninstrument()
