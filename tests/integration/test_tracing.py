@@ -42,6 +42,7 @@ from tests.support.consumer_helpers import (
     new_group,
     new_namespace,
     produce_raw,
+    read_dlq_raw,
     read_topic,
     retry_kafka_topic,
     running_pair,
@@ -526,3 +527,75 @@ def test_tracing_must_be_a_bool(client: str) -> None:
     }[client]
     with pytest.raises(ConfigError, match="tracing='no'"):
         make()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_simple_consumer_s_dead_letter_ends_the_message_s_trace(
+    kafka_bootstrap_servers: str,
+    kafka_topic_factory: Any,
+    spans: InMemorySpanExporter,
+    backend: str,
+) -> None:
+    """One delivery attempt allowed, never acknowledged: the trace ends in the dead-letter
+    write, and the dead letter carries the send's context once."""
+    topic = kafka_topic_factory(partitions=1)
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    with Producer(conf) as producer:
+        producer.send(Message(topic=topic, body=b"abandoned"))
+    group = new_group()
+    with simple_consumer(
+        backend, kafka_bootstrap_servers, topic, group, max_delivery_attempts=1
+    ) as sc:
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = sc.receive(1, 1.0)
+        assert len(got) == 1
+
+        def dead_lettered() -> bool:
+            sc.receive(1, 1.0)  # keeps the share backend polling (its dead letters go then)
+            return any(hop(s) == "dead-letter" for s in finished(spans))
+
+        wait_until(dead_lettered, 60, "the dead-letter span")
+        wait_until(lambda: len(read_dlq_raw(conf, group)) == 1, 30, "the dead letter")
+    dead = read_dlq_raw(conf, group)[0]
+    first = read_topic(conf, topic)[0]
+    spans_now = finished(spans)
+    assert hop(spans_now[0]) == "send" and hop(spans_now[-1]) == "dead-letter"
+    assert len(trace_ids(spans_now)) == 1
+    assert len(traceparents(first)) == 1 and traceparents(dead) == traceparents(first)
+
+
+def test_an_orderly_poison_message_s_trace_ends_in_the_dead_letter_write(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+) -> None:
+    topic = kafka_topic_factory(partitions=1)
+    group = new_group()
+    consumer = PushConsumer(
+        {
+            "bootstrap.servers": kafka_bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+        },
+        namespace=new_namespace(),
+        delay_levels=LEVELS,
+        partitions=1,
+        suspend_current_queue_time_millis=50,
+        max_reconsume_times=1,
+    )
+    consumer.subscribe(topic, "*")
+    consumer.register_message_listener_orderly(
+        lambda msgs, ctx: ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+    )
+    conf = {"bootstrap.servers": kafka_bootstrap_servers}
+    with Producer(conf) as producer:
+        producer.send(Message(topic=topic, body=b"never in order"))
+    with consumer:
+        wait_until(lambda: len(read_dlq_raw(conf, group)) == 1, 60, "the dead letter")
+        wait_until(lambda: any(hop(s) == "dead-letter" for s in finished(spans)), 10, "span")
+    got = finished(spans)
+    assert [hop(s) for s in got] == ["send", "process", "process", "dead-letter"]
+    assert len(trace_ids(got)) == 1
+    dead = read_dlq_raw(conf, group)[0]
+    assert traceparents(dead) == traceparents(read_topic(conf, topic)[0])
+    assert len(traceparents(dead)) == 1
