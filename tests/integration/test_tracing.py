@@ -599,3 +599,32 @@ def test_an_orderly_poison_message_s_trace_ends_in_the_dead_letter_write(
     dead = read_dlq_raw(conf, group)[0]
     assert traceparents(dead) == traceparents(read_topic(conf, topic)[0])
     assert len(traceparents(dead)) == 1
+
+
+def test_a_listener_past_consume_timeout_is_a_timeout_on_its_span(
+    kafka_bootstrap_servers: str, kafka_topic_factory: Any, spans: InMemorySpanExporter
+) -> None:
+    """The first call runs past ``consume_timeout`` (counted as RECONSUME_LATER): its span
+    says ``timeout`` with an error status; the retry succeeds in the same trace."""
+    topic = kafka_topic_factory(partitions=1)
+
+    def slow_once(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
+        if msgs[0].reconsume_times == 0:
+            time.sleep(0.8)
+        return OK
+
+    listener = RecordingListener(slow_once)
+    with traced_pair(
+        kafka_bootstrap_servers, topic, listener, delivery="AT_LEAST_ONCE", consume_timeout=0.3
+    ):
+        with Producer({"bootstrap.servers": kafka_bootstrap_servers}) as producer:
+            producer.send(Message(topic=topic, body=b"slow"))
+        wait_until(lambda: sum(hop(s) == "process" for s in finished(spans)) >= 2, 60, "spans")
+    got = finished(spans)
+    processes = [s for s in got if hop(s) == "process"]
+    assert [(s.attributes or {}).get("rocketmq.result") for s in processes[:2]] == [
+        "timeout",
+        "CONSUME_SUCCESS",
+    ]
+    assert processes[0].status.status_code is StatusCode.ERROR
+    assert len(trace_ids(got)) == 1
