@@ -109,6 +109,7 @@ from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.kafka")
 
@@ -333,6 +334,9 @@ class Consumer(confluent_kafka.Consumer):
         return self._names.view(msg)
 
     def _send(self, copy: SendBackCopy) -> None:
+        hooks = telemetry.active
+        if hooks is not None:  # the copy's ``send`` span, in the message's trace
+            hooks.copies([copy], self._group, self._topics)
         record = hops.send_back(
             copy.msg,
             copy.dest,

@@ -26,6 +26,7 @@ from adapter.bench.pull import pull_scenarios
 from adapter.bench.sendback import send_back_scenario
 from adapter.bench.share import share_consumer_scenario
 from adapter.bench.share_scaling import share_scaling_scenarios
+from adapter.bench.tracing import tracing_scenarios
 from adapter.services.schedule import DeliveryGuarantee
 
 __all__ = ["ALL", "SCENARIOS", "SPARK_SCENARIO", "ScenarioRun"]
@@ -57,6 +58,7 @@ SCENARIOS: Mapping[str, ScenarioRun] = {
     "lateness": lambda bench: [lateness_scenario(bench, d) for d in DeliveryGuarantee],
     "rss": _one(partial(rss_scenario, backlog=1_000_000)),
     "trace": trace_scenarios,
+    "tracing": tracing_scenarios,
     "analytics": analytics_scenarios,
 }
 #: Every scenario name, in order (``--only`` takes these).

@@ -57,6 +57,7 @@ from adapter.io.errors import (
     wait_metadata,
 )
 from adapter.io.polling import watermarks
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.dlq")
 
@@ -658,6 +659,9 @@ def _redrive(
             "headers": replace_headers(headers, {HEADER_REDRIVE_COUNT: entry.redrive_count + 1}),
         }
         records.append((msg.msg_id, target, record))
+        hooks = telemetry.active
+        if hooks is not None:  # the redrive's ``send`` span, in the message's trace
+            hooks.copy("redrive", msg.properties, target, msg.msg_id)
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
     report = None if progress is None else _Counter(progress, len(records))
     pacer = None if rate is None else Pacer(rate)

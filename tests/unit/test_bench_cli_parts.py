@@ -35,6 +35,7 @@ def test_registry_names_and_order_are_the_reported_ones() -> None:
         "lateness",
         "rss",
         "trace",
+        "tracing",
         "analytics",
     )
     assert tuple(SCENARIOS) == ALL

@@ -9,7 +9,9 @@ Read from the source (``ast``), not by importing it, so a violation behind a laz
   Spark or network client, no clock, thread, uuid, random or process module of the standard
   library;
 * ``adapter.io`` -- thin Kafka wrappers: base and core;
-* ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, clients (no
+* ``adapter.telemetry`` -- OpenTelemetry spans and context (the optional extra): base, core, io;
+* ``adapter.clients`` and ``adapter.services`` -- what users run: base, core, io, telemetry,
+  clients (no
   ``ops``, ``analytics``, ``cli``, ``bench``, ``embedded``, ``testing``);
 * ``adapter.ops`` and ``adapter.analytics`` -- operations and analytics over the clients;
 * ``adapter.console`` -- the operator's web console: over ``ops`` (beside ``adapter.cli``, which
@@ -33,7 +35,8 @@ PACKAGE = ROOT / "adapter"
 BASE = ("adapter.constants", "adapter.errors")
 CORE = (*BASE, "adapter.core", "adapter.naming")
 IO = (*CORE, "adapter.io")
-CLIENTS = (*IO, "adapter.clients", "adapter.services")
+TELEMETRY = (*IO, "adapter.telemetry")
+CLIENTS = (*TELEMETRY, "adapter.clients", "adapter.services")
 
 #: layer (module prefix) -> what it may import from the adapter (module prefixes)
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -42,6 +45,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "adapter.core": CORE,
     "adapter.naming": CORE,
     "adapter.io": IO,
+    "adapter.telemetry": TELEMETRY,
     "adapter.clients": CLIENTS,
     "adapter.services": CLIENTS,
     "adapter.console": (*CLIENTS, "adapter.ops", "adapter.console"),

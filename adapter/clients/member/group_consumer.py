@@ -109,6 +109,7 @@ from adapter.io.polling import release_assignment as release
 from adapter.io.protocols import AdminFactory, ConsumerFactory, ProducerFactory
 from adapter.io.publisher import Publisher
 from adapter.io.records import TopicNames
+from adapter.telemetry import state as telemetry
 
 __all__ = [
     "IDLE_FETCH_S",
@@ -240,6 +241,8 @@ class GroupConsumer:
         self.resets: ResetReceiver | None = None
         #: the circuit breaker's state on the control topic (set by the kind before ``open()``)
         self.circuit_status: CircuitReporter | None = None
+        #: ``False``: no OpenTelemetry span for this member's copies (its client opted out)
+        self.tracing = True
         #: subscribed topics held nothing of, looked up again (clustering)
         self.subscription_watch = (
             SubscriptionWatch(SUBSCRIPTION_CHECK_S) if self.settings.clustering else None
@@ -497,6 +500,9 @@ class GroupConsumer:
         """Carry out what the engine asked for (one handler per action type; the copies of
         failed messages, most of what a failing stream asks for, without the look-up, and
         stamped with one clock reading for all of them)."""
+        hooks = telemetry.active
+        if hooks is not None and self.tracing:  # a ``send`` span per copy of a message
+            hooks.copies(actions, self.group, self.topics)
         handlers = self._handlers
         now_ms: int | None = None
         copy = self._copier.copy

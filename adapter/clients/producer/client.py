@@ -52,6 +52,7 @@ from adapter.io.config import (
 from adapter.io.errors import FatalErrorWatch, make_client
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.producer")
 
@@ -236,6 +237,9 @@ class Producer:
         kafka_topic = self._lookup.kafka_topic(msg.topic)  # bad input is reported before this
         msg_id = next(self._ids).decode()
         headers = message_headers(msg, msg_id)
+        hooks = telemetry.active
+        if hooks is not None and self.options.tracing:  # a ``send`` span, its context
+            headers = hooks.send(headers, msg.topic, msg_id, msg.partition)
         if not is_scheduled(msg):
             return plain_record(msg, kafka_topic, msg_id, headers)
         opts = self.options
@@ -397,6 +401,7 @@ class Producer:
                 and type(level) is int
                 and not level
                 and msg.deliver_time_ms is None
+                and telemetry.active is None  # traced sends take the general path
             ):
                 msg_id = next(self._ids)  # bytes
                 headers: list[tuple[str, bytes | None]]

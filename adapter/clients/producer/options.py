@@ -19,6 +19,7 @@ from adapter.constants import (
 from adapter.core.backoff import ExponentialBackoff
 from adapter.core.clock import Clock
 from adapter.core.delay import DelayLevels
+from adapter.errors import ConfigError
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_int
 
@@ -41,6 +42,7 @@ class ProducerOptions(TypedDict, total=False):
     metrics_port: int | None
     metrics_registry: Any
     metrics_addr: str
+    tracing: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +68,13 @@ class ProducerSettings:
     metrics_port: int | None = None
     metrics_registry: Any = None
     metrics_addr: str = "127.0.0.1"
+    #: ``False``: no ``send`` span and no context headers from this producer, though
+    #: :func:`adapter.telemetry.instrument` is in effect
+    tracing: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "expected True or False")
         check_int("retry_times_when_send_failed", self.retry_times_when_send_failed, minimum=0)
         check_int(
             "retry_times_when_send_async_failed", self.retry_times_when_send_async_failed, minimum=0

@@ -58,6 +58,7 @@ from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.consumer")
 
@@ -270,6 +271,7 @@ class PushConsumer:
             clock=opts.clock,
             trace=trace,
         )
+        member.tracing = opts.tracing
         if reporter is not None:
             reporter.bind(member.member_id, member.engine.circuit)  # type: ignore[attr-defined]
             member.circuit_status = reporter
@@ -319,26 +321,33 @@ class PushConsumer:
 
     def _runner(self, member: GroupConsumer, engine: ConcurrentEngine | OrderlyEngine) -> Runner:
         """How the registered listener is run (one runner per listener kind)."""
+        hooks = telemetry.active if self.options.tracing else None
         if isinstance(engine, OrderlyEngine):
             assert self._orderly is not None
+            orderly = self._orderly
+            if hooks is not None:  # a ``process`` span per listener call
+                orderly = hooks.wrap_listener(orderly, self.group, self.options.consume_timeout)
             return OrderlyRunner(
-                self._orderly,
+                orderly,
                 member,
                 engine,
                 mode=self.options.listener_mode,
                 threads=self.options.consume_thread_max,
             )
         assert self._listener is not None
+        listener = self._listener
+        if hooks is not None:
+            listener = hooks.wrap_listener(listener, self.group, self.options.consume_timeout)
         if is_async_listener(self._listener):
             return AsyncRunner(
-                self._listener,
+                listener,
                 member,
                 engine,
                 threads=self.options.consume_thread_max,
                 loop=self.options.event_loop,
             )
         return ConcurrentRunner(
-            self._listener,
+            listener,
             member,
             engine,
             mode=self.options.listener_mode,

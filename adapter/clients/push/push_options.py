@@ -67,6 +67,7 @@ class PushConsumerOptions(TypedDict, total=False):
     shutdown_await: float
     trace_topic: str | None
     trace_sink: TraceSink | None
+    tracing: bool
     clock: Clock
     listener_mode: ListenerMode | str
     consume_from_where: ConsumeFromWhere | str | None
@@ -111,6 +112,9 @@ class PushConsumerSettings:
     shutdown_await: float = 20.0
     trace_topic: str | None = None
     trace_sink: TraceSink | None = None
+    #: ``False``: no OpenTelemetry spans from this consumer, though
+    #: :func:`adapter.telemetry.instrument` is in effect
+    tracing: bool = True
     clock: Clock = SYSTEM_CLOCK
     listener_mode: ListenerMode = ListenerMode.AUTO
     consume_from_where: ConsumeFromWhere | None = None
@@ -183,6 +187,8 @@ class PushConsumerSettings:
             self.circuit_breaker, CircuitBreaker
         ):
             raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
+        if not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "expected True or False")
         check_port("metrics_port", self.metrics_port)
 
     @property

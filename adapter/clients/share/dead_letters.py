@@ -15,6 +15,7 @@ from adapter.clients.share.share_view import ShareMessageView
 from adapter.core.codec import Failure, dlq_headers
 from adapter.core.engine.pull import EXPIRED_FAILURE_TYPE
 from adapter.core.routing import DeadLetterReason
+from adapter.telemetry import state as telemetry
 
 __all__ = ["write_dead_letters"]
 
@@ -47,6 +48,16 @@ def write_dead_letters(
             now_ms=now_ms,
             failure=failure,
         )
+
+        hooks = telemetry.active
+        if hooks is not None:  # the dead letter's ``send`` span, in the message's trace
+            attributes = {
+                "messaging.consumer.group.name": group,
+                "rocketmq.reconsume_times": msg.reconsume_times + 1,
+                "rocketmq.dead_letter.reason": DeadLetterReason.MAX_DELIVERY_ATTEMPTS.value,
+                "rocketmq.failure.type": failure.type,
+            }
+            hooks.copy("dead-letter", msg.properties, dlq_kafka_topic, msg.msg_id, attributes)
 
         def done(err: Any, _rec: Any, i: int = i) -> None:
             results[i] = None if err is None else confluent_kafka.KafkaException(err)

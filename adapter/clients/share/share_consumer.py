@@ -83,6 +83,7 @@ from adapter.io.config import build_options, check_int, producer_config
 from adapter.io.errors import LIBRDKAFKA_LOG, make_client
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.share_consumer")
 
@@ -419,6 +420,9 @@ class ShareSimpleConsumer(SimpleConsumer):
                 if state.buffer:
                     views = state.take(min(n, limit - unacked), invisible_s, now)
                     if views:
+                        hooks = telemetry.active
+                        if hooks is not None:  # a ``receive`` span in the messages' traces
+                            hooks.received(views, self.consumer_group)
                         return views
                 idle = not (state.buffer or unacked or state.dead or self._dead_in_flight)
                 if not idle or self._polling:
@@ -447,7 +451,11 @@ class ShareSimpleConsumer(SimpleConsumer):
                 self._flush_dead_letters()
             if not batch and clock() >= end:
                 with self._lock:
-                    return state.take(max(0, min(n, limit - state.unacked)), invisible_s, clock())
+                    views = state.take(max(0, min(n, limit - state.unacked)), invisible_s, clock())
+                hooks = telemetry.active
+                if hooks is not None:
+                    hooks.received(views, self.consumer_group)
+                return views
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta

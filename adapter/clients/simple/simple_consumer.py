@@ -77,6 +77,7 @@ from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
 from adapter.io.signals import TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
+from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.simple_consumer")
 
@@ -550,10 +551,13 @@ class SimpleConsumer:
         to be acknowledged within it.  Waits up to ``await_duration`` for the first
         message; an empty list when none came."""
         got = self._receive(max_message_num, invisible_duration, read=True)
-        if type(got) is list:
-            return got
-        assert isinstance(got, PullFuture)
-        return got.result(timeout=self._await_s + 60)
+        if type(got) is not list:
+            assert isinstance(got, PullFuture)
+            got = got.result(timeout=self._await_s + 60)
+        hooks = telemetry.active
+        if hooks is not None:  # a ``receive`` span in the messages' traces
+            hooks.received(got, self.consumer_group)
+        return got
 
     def receive_async(
         self, max_message_num: int, invisible_duration: float | timedelta

@@ -56,6 +56,7 @@ class ScheduleServiceOptions(TypedDict, total=False):
     transactional_id: str | None
     trace_topic: str | None
     trace_sink: TraceSink | None
+    tracing: bool
     clock: Clock
     buffer_max: int
     txn_linger_ms: int
@@ -86,6 +87,9 @@ class ScheduleServiceSettings:
     transactional_id: str | None = None
     trace_topic: str | None = None
     trace_sink: TraceSink | None = None
+    #: ``False``: no OpenTelemetry ``forward`` spans from this service, though
+    #: :func:`adapter.telemetry.instrument` is in effect
+    tracing: bool = True
     clock: Clock = SYSTEM_CLOCK
     #: entries a level partition buffers before it stops fetching (again below half)
     buffer_max: int = 5000
@@ -131,6 +135,8 @@ class ScheduleServiceSettings:
             naming.schedule_topic(1, self.levels, self.namespace)  # refuses a bad namespace
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+        if not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "expected True or False")
         check_port("metrics_port", self.metrics_port)
         if isinstance(self.lag_groups, str) or not isinstance(self.lag_groups, Sequence):
             raise ConfigError("lag_groups", self.lag_groups, "must be a list of group names")

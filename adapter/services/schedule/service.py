@@ -85,6 +85,7 @@ from adapter.services.schedule.options import (
     ScheduleStats,
 )
 from adapter.services.schedule.pausing import PartitionPauser
+from adapter.telemetry import state as telemetry
 
 __all__ = [
     "DESTINATION_TTL_S",
@@ -424,6 +425,17 @@ class _ServiceLoop:
                 partitions=partitions,
             )
             self._forwarded(entry, now_ms, decision)
+            hooks = telemetry.active
+            if (
+                hooks is not None and self.opts.tracing
+            ):  # the forward's ``send`` span, its lateness on it
+                hooks.forward(
+                    record.headers,
+                    record.topic,
+                    record.partition,
+                    level=self._level(entry.tp[0])[0],
+                    lateness_ms=now_ms - entry.info.due_ms,
+                )
         elif isinstance(decision, Repark):
             self.stats.reparked += 1
             record = hops.repark(
