@@ -15,8 +15,9 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any, Self
 
-__all__ = ["TerminateAsInterrupt"]
+__all__ = ["StartsInWith", "TerminateAsInterrupt"]
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -43,3 +44,28 @@ class TerminateAsInterrupt:
         previous, self._previous = self._previous, None
         if previous is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+
+
+class StartsInWith:
+    """``with client:`` runs ``start()`` and, when the block is left, ``shutdown()`` (the stop
+    contract); inside the block SIGTERM is taken as Ctrl-C (:class:`TerminateAsInterrupt`).
+    The clients that run a loop of their own mix this in."""
+
+    _signals: TerminateAsInterrupt
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def shutdown(self, timeout: float | None = None) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        started = self.start()
+        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
+        return started
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.shutdown()
+        finally:
+            self._signals.exit()

@@ -50,7 +50,7 @@ from adapter.io.config import (
     require_setting,
 )
 from adapter.io.errors import FatalErrorWatch, make_client
-from adapter.io.signals import TerminateAsInterrupt
+from adapter.io.signals import StartsInWith, TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 from adapter.telemetry import state as telemetry
 
@@ -63,7 +63,7 @@ def process_id_prefix() -> bytes:
     return os.getpid().to_bytes(4, "big") + random.getrandbits(48).to_bytes(6, "big")
 
 
-class Producer:
+class Producer(StartsInWith):
     """A RocketMQ-style producer over a confluent-kafka config dict.
 
     >>> with Producer({"bootstrap.servers": "127.0.0.1:9092"}) as p:   # doctest: +SKIP
@@ -182,17 +182,6 @@ class Producer:
         if left:
             log.warning("producer shut down with %d message(s) unsent", left)
         return left
-
-    def __enter__(self) -> Producer:
-        started = self.start()
-        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
-        return started
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.shutdown()
-        finally:
-            self._signals.exit()
 
     def _raise_fatal(self) -> None:
         """Raise the authentication/fatal error librdkafka reported, if any."""

@@ -56,7 +56,7 @@ from adapter.io.config import build_options, check_group_protocol, check_kafka_c
 from adapter.io.control import ControlChannel, StatusPublisher
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
-from adapter.io.signals import TerminateAsInterrupt
+from adapter.io.signals import StartsInWith, TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 from adapter.telemetry import state as telemetry
 
@@ -85,7 +85,7 @@ __all__ = [
 FETCH_SIZE = 128
 
 
-class PushConsumer:
+class PushConsumer(StartsInWith):
     """RocketMQ ``DefaultMQPushConsumer`` semantics over a confluent-kafka config dict.
 
     The group is ``config["group.id"]``.  Subscribe, register a listener, ``start()``;
@@ -423,17 +423,6 @@ class PushConsumer:
         if self._loop is None:
             raise ClientClosedError(f"consumer {self.group} is not started")
         self._loop.check_alive()
-
-    def __enter__(self) -> PushConsumer:
-        started = self.start()
-        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
-        return started
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.shutdown()
-        finally:
-            self._signals.exit()
 
     # -- figures ---------------------------------------------------------------------------
     def stats(self) -> dict[str, TopicStats]:

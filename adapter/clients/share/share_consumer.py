@@ -372,11 +372,6 @@ class ShareSimpleConsumer(SimpleConsumer):
             raise ClientClosedError(f"{self.name} is not started; call startup() first")
         self.check_alive()
 
-    def __enter__(self) -> ShareSimpleConsumer:
-        started = self.start()
-        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
-        return started
-
     # -- receiving -------------------------------------------------------------------------
     def receive(
         self, max_message_num: int, invisible_duration: float | timedelta

@@ -75,7 +75,7 @@ from adapter.errors import (
 from adapter.io.config import build_options, check_group_protocol
 from adapter.io.errors import FatalErrorWatch
 from adapter.io.loop import ClientLoop
-from adapter.io.signals import TerminateAsInterrupt
+from adapter.io.signals import StartsInWith, TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 from adapter.telemetry import state as telemetry
 
@@ -324,7 +324,7 @@ class _PullRunner:
         self._consumer._fail_waiting(ClientClosedError(f"{self._consumer.name} was shut down"))
 
 
-class SimpleConsumer:
+class SimpleConsumer(StartsInWith):
     """RocketMQ 5 ``SimpleConsumer`` semantics over a confluent-kafka config dict.
 
     ``consumer_group`` (or ``config["group.id"]``) names the group; ``subscription`` maps
@@ -521,17 +521,6 @@ class SimpleConsumer:
         if self._loop is None:
             raise ClientClosedError(f"{self.name} is not started")
         self._loop.check_alive()
-
-    def __enter__(self) -> SimpleConsumer:
-        started = self.start()
-        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
-        return started
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.shutdown()
-        finally:
-            self._signals.exit()
 
     # -- receiving -------------------------------------------------------------------------
     @property

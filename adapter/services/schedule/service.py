@@ -62,7 +62,7 @@ from adapter.io.errors import (
 from adapter.io.loop import ClientLoop
 from adapter.io.polling import apply_assignment, consume_available, is_cooperative
 from adapter.io.polling import release_assignment as release
-from adapter.io.signals import TerminateAsInterrupt
+from adapter.io.signals import StartsInWith, TerminateAsInterrupt
 from adapter.io.topics import ensure_topics, plan_topics
 from adapter.services.schedule.backlog import GroupBacklog
 from adapter.services.schedule.delivery import (
@@ -105,7 +105,7 @@ log = logging.getLogger("adapter.schedule")
 INVALID_SCHEDULE_ENTRY = "INVALID_SCHEDULE_ENTRY"
 
 
-class ScheduleService:
+class ScheduleService(StartsInWith):
     """Forwards delay-level entries to their real topics when due.  Scales as a group."""
 
     def __init__(
@@ -215,17 +215,6 @@ class ScheduleService:
     def check_alive(self) -> None:
         """Raise what stopped the service loop, or a fatal client error that stands now."""
         self._loop.check_alive()
-
-    def __enter__(self) -> ScheduleService:
-        started = self.start()
-        self._signals.enter()  # SIGTERM leaves the block as Ctrl-C does
-        return started
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.shutdown()
-        finally:
-            self._signals.exit()
 
     # -- figures ---------------------------------------------------------------------------
     @property
