@@ -33,7 +33,7 @@ from tests.support.consumer_helpers import committed_offsets, new_group
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.timeout(240)]
 
-MESSAGES = 40
+MESSAGES = 24
 SLOW_S = 2.0
 THREADS = 4
 #: the contract: within 5 s plus the longest listener call running at the signal

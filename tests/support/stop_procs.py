@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import sys
 import threading
 import time
@@ -165,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--stop", choices=("signal", "call"), default="signal")
     args = parser.parse_args(argv)
+    # Ctrl-C as in a terminal: a process started in the background of a non-interactive
+    # shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     try:
         if args.kind in ("push", "orderly"):
