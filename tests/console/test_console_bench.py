@@ -113,8 +113,12 @@ def test_dlq_view_with_100k_dead_letters(kafka_bootstrap_servers: str) -> None:
     for what, took, note in rows:
         print(f"| {what} | {took * 1000:.0f} ms | {note} |")
     print(json.dumps({what: round(took, 3) for what, took, _ in rows}))
-    paged = [took for what, took, _ in rows[:4]] + [rows[6][1], rows[7][1]]
-    # a page costs what it reads, not what the DLQ holds: far below the full read
-    assert max(paged) < full / 3, rows
+    views = [took for what, took, _ in rows[:4]]
+    selected = [rows[6][1], rows[7][1]]
+    paged = views + selected
+    # a page costs what it reads, not what the DLQ holds: far below the full read; a redrive
+    # of selected messages reads only their positions (and writes them and an audit record)
+    assert max(views) < full / 3, rows
+    assert max(selected) < full, rows
     if max(paged) > 5.0:
         pytest.fail(f"a DLQ page took {max(paged):.1f} s: {rows}")
