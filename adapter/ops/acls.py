@@ -19,6 +19,7 @@ from adapter.core import naming
 from adapter.core.control import CONTROL_TOPIC
 from adapter.core.delay import DelayLevels
 from adapter.errors import ConfigError
+from adapter.ops.redrive import AUDIT_TOPIC
 
 __all__ = [
     "ROLES",
@@ -211,8 +212,10 @@ def role_acls(
         )
         out.append(_topic(retry, "WRITE", "dlq redrive (to %RETRY%; --to-origin: the origins)"))
         out.append(_topic(CONTROL_TOPIC, "WRITE", "group reset-offset --force"))
+        out.append(_topic(AUDIT_TOPIC, "WRITE", "the redrive audit log"))
         out.append(_reader_groups())
         create(CONTROL_TOPIC, "create the control topic on first use")
+        create(AUDIT_TOPIC, "create the audit topic on the first redrive")
     return out
 
 
