@@ -88,9 +88,12 @@ build_kafka() {
   rm -rf "$ctx"
 }
 
-version() {
-  "$PY" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' \
-    "$ROOT/pyproject.toml"
+version() {  # the one place the version is written (pyproject.toml reads it from there)
+  "$PY" -c 'import ast, sys
+tree = ast.parse(open(sys.argv[1]).read())
+print(next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
+           and [t.id for t in n.targets if isinstance(t, ast.Name)] == ["__version__"]))' \
+    "$ROOT/adapter/__init__.py"
 }
 
 project_wheel() {  # the project's own wheel, built once per run from the working tree
