@@ -279,7 +279,7 @@ def test_the_producer_and_console_roles() -> None:
     assert ("WRITE", "TOPIC", "LITERAL", "rmq.retry.orders") in console  # redrive only
     assert ("READ", "GROUP", "LITERAL", "rmq-dlq-redrive.orders") in console
     writes = {name for op, _, _, name in console if op == "WRITE"}
-    assert writes == {"rmq.retry.orders", "rmq.control"}
+    assert writes == {"rmq.retry.orders", "rmq.control", "rmq.audit"}  # + the redrive audit log
 
 
 @pytest.mark.parametrize(
