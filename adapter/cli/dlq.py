@@ -16,7 +16,6 @@ from adapter.cli.options import (
     positive_float,
     positive_int,
 )
-from adapter.constants import HEADER_BODY_OMITTED
 from adapter.errors import AdapterError
 
 __all__ = ["add_parser", "cmd_dlq"]
@@ -88,24 +87,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         _check_dlq_exists(config, args.group)
     if args.action == "list":
         for e in entries:
-            m = e.message
             print(
                 json.dumps(
-                    {
-                        "msg_id": m.msg_id,
-                        "origin_topic": e.origin_topic,
-                        "reason": e.reason,
-                        "reconsume_times": m.reconsume_times,
-                        "failure": e.failure_type,
-                        "failure_message": e.failure_message,
-                        "keys": m.keys,
-                        "tags": m.tags,
-                        "partition": m.queue_id,
-                        "offset": m.queue_offset,
-                        "body": m.body[:200].decode("utf-8", "replace"),
-                        "body_omitted": m.properties.get(HEADER_BODY_OMITTED),
-                        "redriven": e.redriven,
-                    },
+                    e.summary(),
                     ensure_ascii=False,
                 )
             )

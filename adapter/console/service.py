@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from adapter.constants import HEADER_BODY_OMITTED, TRACE_TOPIC
+from adapter.constants import TRACE_TOPIC
 from adapter.core import naming
 from adapter.core.timespec import format_time, parse_since
 from adapter.errors import AdapterError, InvalidInputError
@@ -208,24 +208,12 @@ def group_detail(settings: ConsoleSettings, group: str) -> dict[str, Any]:
 # --- dead letters ----------------------------------------------------------------------------
 def entry_json(e: DeadLetterEntry) -> dict[str, Any]:
     """A dead letter as ``dlq list`` prints it, plus its time and redrive count."""
-    m = e.message
+    store_ms = e.message.store_timestamp
     return {
-        "msg_id": m.msg_id,
-        "origin_topic": e.origin_topic,
-        "reason": e.reason,
-        "reconsume_times": m.reconsume_times,
-        "failure": e.failure_type,
-        "failure_message": e.failure_message,
-        "keys": m.keys,
-        "tags": m.tags,
-        "partition": m.queue_id,
-        "offset": m.queue_offset,
-        "body": m.body[:200].decode("utf-8", "replace"),
-        "body_omitted": m.properties.get(HEADER_BODY_OMITTED),
-        "redriven": e.redriven,
+        **e.summary(),
         "redrive_count": e.redrive_count,
-        "time_ms": m.store_timestamp,
-        "time": format_time(m.store_timestamp),
+        "time_ms": store_ms,
+        "time": format_time(store_ms),
     }
 
 

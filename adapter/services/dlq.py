@@ -26,6 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import Producer as _KafkaProducer
 
 from adapter.constants import (
+    HEADER_BODY_OMITTED,
     HEADER_DLQ_REASON,
     HEADER_FAILURE_MESSAGE,
     HEADER_FAILURE_TYPE,
@@ -101,6 +102,26 @@ class DeadLetterEntry:
         """How many times this message was redriven before (0: never, or unreadable)."""
         text = self.message.properties.get(HEADER_REDRIVE_COUNT)
         return int(text) if text is not None and text.isdigit() else 0
+
+    def summary(self) -> dict[str, Any]:
+        """The entry as ``rmq-kafka dlq list`` prints it (one JSON object; the console adds
+        its time and redrive count)."""
+        m = self.message
+        return {
+            "msg_id": m.msg_id,
+            "origin_topic": self.origin_topic,
+            "reason": self.reason,
+            "reconsume_times": m.reconsume_times,
+            "failure": self.failure_type,
+            "failure_message": self.failure_message,
+            "keys": m.keys,
+            "tags": m.tags,
+            "partition": m.queue_id,
+            "offset": m.queue_offset,
+            "body": m.body[:200].decode("utf-8", "replace"),
+            "body_omitted": m.properties.get(HEADER_BODY_OMITTED),
+            "redriven": self.redriven,
+        }
 
     @property
     def omitted_body(self) -> OmittedBody | None:
@@ -191,18 +212,7 @@ def read_dlq(
                         kafka_error=err,
                     )
                 continue
-            ts_type, ts = kmsg.timestamp()
-            msg = decode_record(
-                kafka_topic=kafka_topic,
-                partition=kmsg.partition(),
-                offset=kmsg.offset(),
-                value=kmsg.value(),
-                key=kmsg.key(),
-                headers=kmsg.headers(),
-                timestamp_ms=ts if ts_type else None,
-            )
-            mark = None if marks is None else marks.get(kmsg.partition(), 0)
-            out.append(DeadLetterEntry.of(msg, None if mark is None else kmsg.offset() < mark))
+            out.append(_entry(kafka_topic, kmsg, marks))
             if progress is not None:
                 progress(min(len(out), total), total)
             if kmsg.offset() + 1 >= ends[kmsg.partition()]:
