@@ -34,12 +34,14 @@ def retrying_lookup(
     what: str = "lookup",
     logger: logging.Logger = log,
     sleep: Callable[[float], None] = time.sleep,
+    give_up: Callable[[], bool] = lambda: False,
 ) -> T:
     """``call()``, asked again with back-off while it raises ``KafkaException``; the last
     error is raised.  Each failed try is logged as ``"<what> failed (<error>); retrying"`` on
-    ``logger`` (the caller's, so the line names the client)."""
+    ``logger`` (the caller's, so the line names the client).  No try follows one after which
+    ``give_up()`` is true (a client that is stopping does not wait out the retries)."""
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(LOOKUP_ATTEMPTS),
+        stop=lambda state: state.attempt_number >= LOOKUP_ATTEMPTS or give_up(),
         wait=tenacity.wait_exponential(multiplier=0.2, max=2.0),
         retry=tenacity.retry_if_exception_type(KafkaException),
         before_sleep=lambda state: logger.warning(
@@ -60,10 +62,11 @@ def committed_offsets(
     timeout: float = LOOKUP_TIMEOUT_S,
     logger: logging.Logger = log,
     sleep: Callable[[float], None] = time.sleep,
+    give_up: Callable[[], bool] = lambda: False,
 ) -> list[Any] | None:
     """The group's committed offsets for ``partitions`` (anything with ``topic`` and
     ``partition``), in their order; ``None`` when the lookup failed even after retries (a
-    transient error must never rewind anything)."""
+    transient error must never rewind anything), or after a failed try once ``give_up()``."""
     tps = [TopicPartition(p.topic, p.partition) for p in partitions]
     try:
         result: list[Any] = retrying_lookup(
@@ -71,6 +74,7 @@ def committed_offsets(
             what="reading committed offsets",
             logger=logger,
             sleep=sleep,
+            give_up=give_up,
         )
     except KafkaException:
         return None

@@ -692,7 +692,7 @@ class GroupConsumer:
 
     # -- rebalance -------------------------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        initial = self.starts.resolve(consumer, partitions)
+        initial = self.starts.resolve(consumer, partitions, lambda: self.halted)
         self._waiting_for.difference_update(p.topic for p in partitions)
         for p in partitions:
             tp = (p.topic, p.partition)

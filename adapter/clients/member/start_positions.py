@@ -9,6 +9,7 @@ librdkafka reads them itself (a transient error must never rewind or skip anythi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
@@ -84,11 +85,20 @@ class StartPositions:
                 self.unknown_at_start.add(topic)
         self.ends_at_start = ends
 
-    def resolve(self, consumer: Any, partitions: list[Any]) -> list[Any]:
+    def resolve(
+        self, consumer: Any, partitions: list[Any], stopping: Callable[[], bool] = lambda: False
+    ) -> list[Any]:
         """Set where each of ``partitions`` starts (their ``offset``); returns the start
         positions to commit (those the group had none for, fixed now so that a restart
-        resumes there)."""
-        committed = committed_offsets(consumer, partitions, logger=log)
+        resumes there).
+
+        A member that is ``stopping()`` reads nothing from these partitions any more: it
+        looks nothing up (a lookup may wait 10 s a try on a busy coordinator, past the
+        shutdown's grace) and leaves them at their committed offsets, which librdkafka
+        reads itself; a lookup that fails once the member is stopping is not retried."""
+        if stopping():
+            return []
+        committed = committed_offsets(consumer, partitions, logger=log, give_up=stopping)
         if committed is None:
             log.warning(
                 "%s: committed offsets unknown after retries; librdkafka reads them itself",
