@@ -1,6 +1,8 @@
 """The console in a real browser (Playwright driving Chromium) on the embedded broker: log
 in, open a group, see its ladder and DLQ, open a message's journey, dry-run and run a
-redrive, see the result and the audit line; the page's screenshot goes to the docs."""
+redrive, see the result and the audit line.  The page's screenshot is taken every run (into
+the test's temporary folder); ``RMQ_UPDATE_SCREENSHOTS=1`` writes it to the docs instead, so
+that a tier run leaves the work tree as it found it."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from tests.support.console_group import ConsoleGroup, make_console_group
 from tests.support.consumer_helpers import end_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "docs" / "images" / "console.png"
+DOCS_SCREENSHOT = ROOT / "docs" / "images" / "console.png"
 CHROMIUM = os.environ.get("RMQ_CONSOLE_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "browser-" + uuid.uuid4().hex
 
@@ -61,7 +63,7 @@ def _retry_end(group: ConsoleGroup) -> int:
 
 
 def test_operator_logs_in_inspects_and_redrives(
-    group: ConsoleGroup, console: RunningConsole, browser: Any
+    group: ConsoleGroup, console: RunningConsole, browser: Any, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -126,9 +128,10 @@ def test_operator_logs_in_inspects_and_redrives(
     page.locator("#dlq input.pick").nth(1).check()
     page.click("#dry-run")
     expect(result).to_contain_text("would send 1 of 1 selected")
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
-    assert SCREENSHOT.stat().st_size > 10_000
+    to_docs = os.environ.get("RMQ_UPDATE_SCREENSHOTS") == "1"
+    shot = DOCS_SCREENSHOT if to_docs else tmp_path / "console.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
     assert not errors, errors
 
 
