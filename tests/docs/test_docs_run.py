@@ -2,10 +2,10 @@
 every ``python`` block that is not an excerpt and every shell block that runs ``rmq-kafka``
 run in order, against a real broker, and do what their last comment says.
 
-The pages run side by side (each one's blocks in order), on this worker's broker, with the
-page's topic and group names made unique; a page that starts its own broker
-(``rmq-kafka kafka start``) gets it on a free port, in a home of its own, and uses it for the
-rest of the page.
+Each page is one test (its blocks in order; the pages spread over the workers), on the
+worker's broker, with the page's topic and group names made unique; a page that starts its
+own broker (``rmq-kafka kafka start``) gets it on a free port, in a home of its own, and uses
+it for the rest of the page.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +25,7 @@ import pytest
 from tests.support.doc_snippets import ROOT, Block, blocks, names_to_rename, pages, rename
 from tests.support.simple_backends import share_backend_unsupported
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("doc-snippets")]
+pytestmark = pytest.mark.integration
 
 RUNNABLE = {p: [b for b in blocks(p) if b.runnable] for p in pages()}
 PAGES = [p for p, found in RUNNABLE.items() if found]
@@ -119,21 +117,6 @@ def _run_page(page: Path, bootstrap: str, tmp: Path) -> PageRun:
             )
 
 
-@pytest.fixture(scope="module")
-def page_runs(
-    kafka_bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, PageRun]]:
-    tmp = tmp_path_factory.mktemp("doc-pages")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {
-            str(p.relative_to(ROOT)): pool.submit(
-                _run_page, p, kafka_bootstrap_servers, tmp / str(i)
-            )
-            for i, p in enumerate(PAGES)
-        }
-        yield {page: f.result() for page, f in futures.items()}
-
-
 def test_the_docs_have_pages_to_run() -> None:
     assert len(PAGES) >= 8, PAGES
     assert ROOT / "README.md" in PAGES and ROOT / "docs" / "getting-started.md" in PAGES
@@ -141,7 +124,7 @@ def test_the_docs_have_pages_to_run() -> None:
 
 @pytest.mark.parametrize("page", [str(p.relative_to(ROOT)) for p in PAGES])
 def test_every_runnable_block_of_the_page_runs_as_written(
-    page: str, page_runs: dict[str, PageRun]
+    page: str, kafka_bootstrap_servers: str, tmp_path: Path
 ) -> None:
-    run = page_runs[page]
+    run = _run_page(ROOT / page, kafka_bootstrap_servers, tmp_path / "page")
     assert run.failure is None, "\n".join([*run.done, run.failure or ""])

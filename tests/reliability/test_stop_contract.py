@@ -54,7 +54,14 @@ CASES = [
 
 
 def _child(
-    bootstrap: str, kind: str, topic: str, group: str, *, slow: float, stop: str
+    bootstrap: str,
+    kind: str,
+    topic: str,
+    group: str,
+    *,
+    slow: float,
+    stop: str,
+    session_ms: int | None = None,
 ) -> ChildProcess:
     argv = [
         sys.executable,
@@ -74,6 +81,7 @@ def _child(
         str(THREADS),
         "--stop",
         "call" if stop == "call" else "signal",
+        *(["--session-ms", str(session_ms)] if session_ms else []),
     ]
     return ChildProcess(argv, f"stop-{kind}", stdin=stop == "call")
 
@@ -183,7 +191,9 @@ def test_a_second_signal_while_stopping_stops_at_once(
     for i in range(12):
         producer.produce(topic, value=f"m{i}".encode())
     assert producer.flush(30) == 0
-    with _child(bootstrap, "push", topic, group, slow=6.0, stop="signal") as first:
+    # the second signal ends the process without leaving the group: the next member gets the
+    # partition after the first one's session (6 s here, not the default 45 s)
+    with _child(bootstrap, "push", topic, group, slow=6.0, stop="signal", session_ms=6000) as first:
         _wait_for_event(first, "begin", 90)
         time.sleep(1.0)  # every worker is inside a 6 s call
         _stop(first, "SIGTERM")
@@ -194,7 +204,9 @@ def test_a_second_signal_while_stopping_stops_at_once(
         assert exited, first.log_tail()
         assert exited[-1]["t"] - again < 2.5, first.log_tail()
     finished = {e["off"] for e in _events(first, "end")}
-    with _child(bootstrap, "push", topic, group, slow=0.0, stop="signal") as second:
+    with _child(
+        bootstrap, "push", topic, group, slow=0.0, stop="signal", session_ms=6000
+    ) as second:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             seen = finished | {e["off"] for e in _events(second, "end")}

@@ -59,8 +59,9 @@ def wait_for_stop(stop: str) -> None:
 def run_push(args: argparse.Namespace, *, orderly: bool) -> None:
     from adapter import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, PushConsumer
 
+    session = {"session.timeout.ms": args.session_ms} if args.session_ms else {}
     consumer = PushConsumer(
-        {"bootstrap.servers": args.bootstrap, "group.id": args.group},
+        {"bootstrap.servers": args.bootstrap, "group.id": args.group, **session},
         consume_message_batch_max_size=1,
         consume_thread_max=args.threads,
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slow", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--stop", choices=("signal", "call"), default="signal")
+    parser.add_argument("--session-ms", type=int, default=None)
     args = parser.parse_args(argv)
     # Ctrl-C as in a terminal: a process started in the background of a non-interactive
     # shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
