@@ -3,6 +3,7 @@
 # and then runs what you ask for:
 #   ./run.sh demo    the end-to-end demo on an embedded local Kafka broker (the main job)
 #   ./run.sh test    the whole test suite (unit + integration on a real broker) plus ruff and mypy
+#   ./run.sh test-kip848   the rebalancing scenarios again, under the consumer group protocol
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium)
@@ -82,6 +83,13 @@ case "$cmd" in
     rm -f "$mypy_log"
     exit "$rc"
     ;;
+  test-kip848)
+    setup
+    export RMQ_KAFKA_JVM_OPTS="${RMQ_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}"
+    echo "==> every rebalancing scenario under group.protocol=consumer (KIP-848); ./run.sh test runs them under classic"
+    RMQ_GROUP_PROTOCOL=consumer exec "$VENV/bin/python" -m pytest -p no:cacheprovider \
+      -n "${RMQ_TEST_WORKERS:-4}" --dist loadgroup -m group_protocol "$@"
+    ;;
   test-cluster)
     setup
     echo "==> the cluster tier: every bounce scenario on a three-node KRaft cluster (minutes)"
@@ -151,7 +159,7 @@ case "$cmd" in
     PYTHONPATH="$ROOT/mutants" exec "$VENV/bin/mutmut" results
     ;;
   *)
-    sed -n '2,14p' "$0"
+    sed -n '2,15p' "$0"
     exit 2
     ;;
 esac

@@ -50,6 +50,8 @@ _GROUPS = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if "group_protocol" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.group_protocol)
         tier = Path(str(item.fspath)).parent.name
         marker = _TIERS.get(tier)
         if marker is not None and not any(m.name == tier for m in item.iter_markers()):
