@@ -173,13 +173,21 @@ def cluster_replication(
     factor: int | None = None,
     min_insync: int | None = None,
     watch: FatalErrorWatch | None = None,
+    where: str | None = None,
 ) -> Replication:
     """:func:`plan_replication` for the cluster behind ``admin``.  The brokers' defaults
     are read where the principal may describe them (else Kafka's defaults are assumed).
     With the ``watch`` that is ``admin``'s ``error_cb``, a failed TLS handshake raises its
     :class:`~adapter.errors.TlsError` within about a second."""
     try:
-        md = wait_metadata(admin, timeout_s, watch=watch, serve=lambda: admin.poll(0))
+        md = wait_metadata(
+            admin,
+            timeout_s,
+            watch=watch,
+            serve=lambda: admin.poll(0),
+            where=where,
+            what="reading the cluster's brokers",
+        )
     except KafkaException as exc:
         raise client_error(exc, what="reading the cluster's brokers") from exc
     brokers = max(1, len(md.brokers))
@@ -262,10 +270,13 @@ def ensure_topics(
             min_insync_replicas=min_insync_replicas,
             timeout_s=timeout_s,
             watch=watch,
+            where=str(config["bootstrap.servers"]),
         )
     except TlsError:
         raise  # it names the broker and why already
     except BrokerUnavailableError as exc:
+        if "cannot reach any broker at" in str(exc):
+            raise  # no broker answered at all: said where within seconds
         # say where we looked: the usual cause is a wrong bootstrap address
         raise BrokerUnavailableError(
             f"cannot reach any broker at {config['bootstrap.servers']} ({exc})",
@@ -281,9 +292,11 @@ def ensure_with(
     min_insync_replicas: int | None = None,
     timeout_s: float = 30.0,
     watch: FatalErrorWatch | None = None,
+    where: str | None = None,
 ) -> dict[str, bool]:
     """:func:`ensure_topics` with an ``AdminClient`` the caller already has (``watch``: its
-    ``error_cb``, if a :class:`FatalErrorWatch`, for fail-fast on TLS failures)."""
+    ``error_cb``, if a :class:`FatalErrorWatch`, for fail-fast on TLS failures; ``where``:
+    the bootstrap address, to say within seconds that no broker answers there)."""
     plans = list(plans)
     if not plans:
         return {}
@@ -293,6 +306,7 @@ def ensure_with(
         factor=replication_factor,
         min_insync=min_insync_replicas,
         watch=watch,
+        where=where,
     )
     new = [
         NewTopic(

@@ -80,7 +80,9 @@ def test_a_client_with_no_broker_to_reach_names_the_address(
         pytest.raises(BrokerUnavailableError, match=f"cannot reach any broker at {address}"),
     ):
         use(address)
-    assert time.monotonic() - started < 45
+    # no broker answered at all: said within seconds (it was 30 s for the consumer and the
+    # ScheduleService, which asked for the cluster's brokers for the whole topic timeout)
+    assert time.monotonic() - started < 10
     repeated = [r for r in caplog.records if r.name == "adapter.librdkafka"]
     assert len(repeated) <= 5, [r.getMessage() for r in repeated]
 
