@@ -368,6 +368,15 @@ def test_the_consumer_role() -> None:
     assert ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.") in without
 
 
+def test_a_share_group_consumer_also_sets_its_group_configs() -> None:
+    plain = _set(role_acls("consumer", group="orders", topics=["t1"]))
+    share = _set(role_acls("consumer", group="orders", topics=["t1"], share=True))
+    assert share - plain == {("ALTER_CONFIGS", "GROUP", "LITERAL", "orders")}
+    with pytest.raises(InvalidInputError) as info:
+        role_acls("producer", topics=["t1"], share=True)
+    assert info.value.field == "share"
+
+
 def test_the_schedule_service_role() -> None:
     got = _set(role_acls("schedule-service"))
     assert ("READ", "GROUP", "LITERAL", "rmq-schedule-service") in got
