@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from adapter.embedded.jars import copy_maven_dependencies, file_lock, kafka_home
-from adapter.errors import AdapterError, AuthenticationError
+from adapter.errors import AdapterError, AuthenticationError, TlsError
 
 __all__ = [
     "SPARK_VERSION",
@@ -68,6 +68,14 @@ class SparkAuthenticationError(AnalyticsError, AuthenticationError):
 
     def __init__(self, message: str) -> None:
         AuthenticationError.__init__(self, message)
+
+
+class SparkTlsError(AnalyticsError, TlsError):
+    """Spark's Kafka source could not make its TLS connection (a CA that did not sign the
+    broker's certificate, an expired one): Java's exception in the project's words."""
+
+    def __init__(self, message: str) -> None:
+        TlsError.__init__(self, message)
 
 
 def check_pyspark() -> Path:

@@ -33,13 +33,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from adapter.analytics import transforms
-from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError
+from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError, SparkTlsError
+from adapter.analytics.preflight import check_tls
 from adapter.analytics.report import dlq_title, render_chart, write_csv
 from adapter.analytics.session import kafka_options
 from adapter.analytics.windows import BatchProgress, Key, interval_ms, merge_batch, window_key
 from adapter.constants import KAFKA_DLQ_PREFIX, TRACE_TOPIC
 from adapter.core import naming
-from adapter.errors import TopicNameError
+from adapter.errors import TlsError, TopicNameError
 from adapter.io.avro import dlq_export_schema
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import client_error, make_client
@@ -80,13 +81,70 @@ _AUTH_MARKERS: Final = (
     "Authentication failed",
 )
 _MAX_DETAIL: Final = 400
+#: Java's words for a TLS handshake that failed (checked before the authentication markers:
+#: the Kafka client wraps it in an ``SslAuthenticationException``)
+_TLS_MARKERS: Final = (
+    "SSLHandshakeException",
+    "SslAuthenticationException",
+    "PKIX path",
+    "CertPathValidatorException",
+    "unable to find valid certification path",
+    "SSLException",
+)
+_JAVA_VERIFY: Final = (
+    "PKIX path",
+    "CertPathValidatorException",
+    "unable to find valid certification path",
+    "signature check failed",
+    "certificate_unknown",
+)
+
+
+def spark_tls_error(text: str, config: Mapping[str, Any], what: str) -> SparkTlsError:
+    """The :class:`SparkTlsError` of Java's report ``text`` of a failed TLS handshake: the
+    cause in words and the settings to check, ``ssl.ca.location`` always (it reaches Spark
+    as ``kafka.ssl.truststore.location``)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    ca = config.get("ssl.ca.location")
+    ca_text = (
+        f"ssl.ca.location={ca!r}"
+        if ca
+        else "ssl.ca.location (not set: Java's default truststore was used)"
+    )
+    lower = text.lower()
+    if "expired" in lower:
+        cause = (
+            f"certificate verification failed: a certificate has expired (checked with {ca_text})"
+        )
+    elif any(mark.lower() in lower for mark in _JAVA_VERIFY):
+        cause = (
+            "certificate verification failed: the broker's certificate is not signed by a CA "
+            f"in {ca_text} (or names another host, or has expired)"
+        )
+    else:
+        protocol = config.get("security.protocol", "PLAINTEXT")
+        cause = f"check {ca_text}, security.protocol={protocol} and bootstrap.servers"
+    # the most telling line: Java's own handshake exception before the Kafka client's
+    detail = next(
+        (ln for mark in _TLS_MARKERS for ln in lines if mark in ln and not ln.startswith("at ")),
+        lines[0] if lines else "",
+    ).removeprefix("Caused by: ").lstrip(": ")
+    return SparkTlsError(
+        f"TLS handshake with {config.get('bootstrap.servers')} failed in Spark's Kafka source "
+        f"({what}): {cause}; Spark gets it as kafka.ssl.truststore.location "
+        f"(Java: {detail[:_MAX_DETAIL]})"
+    )
 
 
 def spark_kafka_error(exc: BaseException, config: Mapping[str, Any], what: str) -> AnalyticsError:
-    """A short, clear error for a failed Spark job reading Kafka (not a JVM stack trace): an
-    authentication or authorization failure becomes a :class:`SparkAuthenticationError`
-    naming the cluster, the protocol, the mechanism and the user."""
+    """A short, clear error for a failed Spark job reading Kafka (not a JVM stack trace): a
+    failed TLS handshake becomes a :class:`SparkTlsError` naming the cause and
+    ``ssl.ca.location``; an authentication or authorization failure a
+    :class:`SparkAuthenticationError` naming the cluster, the protocol, the mechanism and
+    the user."""
     text = str(exc)
+    if any(mark in text for mark in _TLS_MARKERS):
+        return spark_tls_error(text, config, what)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     marker = next((m for m in _AUTH_MARKERS if m in text), None)
     if marker is None:
@@ -304,6 +362,7 @@ def start_consume_metrics(
     delay_ms = interval_ms(opts.watermark, "watermark")
     if "parquet" in opts.sinks:
         _check_table(spark, str(opts.output))
+    check_tls(config, opts.kafka_extra, what="consume-metrics")
     raw = trace_source(
         spark,
         config,
@@ -402,7 +461,7 @@ def run_consume_metrics(
     report = progress or (lambda line: log.info("%s", line))
     try:
         queries = start_consume_metrics(spark, config, opts)
-    except AnalyticsError:
+    except (AnalyticsError, TlsError):
         raise
     except Exception as exc:  # the source failed before the first batch (e.g. its offsets)
         raise spark_kafka_error(exc, config, "consume-metrics") from exc
@@ -560,6 +619,7 @@ def run_dlq_report(
     """Read the DLQ topics as a batch and write the report into ``output``:
     ``dlq_summary/`` (Parquet), ``dlq_summary.csv``, ``dlq_report.png`` and, with
     ``export``, ``dlq_export/`` (Avro, ``dlq_export.avsc``)."""
+    check_tls(config, kafka_extra, what="dlq report")
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     topics = dlq_topics(config, groups)

@@ -54,6 +54,12 @@ def _args(a: argparse.ArgumentParser, action: str) -> None:
         help="schedule-service: leave out the transactional id (delivery AT_LEAST_ONCE)",
     )
     a.add_argument(
+        "--share",
+        action="store_true",
+        help="consumer: the group is a share group (SimpleConsumer backend='share'): also "
+        "ALTER_CONFIGS on it (its start, delivery limit and record lock)",
+    )
+    a.add_argument(
         "--apply",
         action="store_true",
         help="create them on the cluster (the connecting principal needs ALTER on the cluster)",
@@ -72,6 +78,7 @@ def cmd_acl(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         create_topics=not args.no_create,
         exactly_once=not args.no_exactly_once,
+        share=args.share,
     )
     if args.json:
         print(json.dumps([s.as_json(args.principal) for s in specs], ensure_ascii=False))

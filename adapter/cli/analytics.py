@@ -106,9 +106,12 @@ def add_analytics_parser(
 def run_analytics(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """Run the job ``args`` names with the Kafka ``config``."""
     from adapter.analytics.jobs import StreamJobOptions, run_consume_metrics, run_dlq_report
+    from adapter.analytics.preflight import check_tls
     from adapter.analytics.session import build_spark_session
 
     extra = _kv(args.kafka_option)
+    # a TLS connection that cannot be made is told before a Spark session is built
+    check_tls(config, extra, what=f"analytics {args.job}")
     verbose = bool(getattr(args, "verbose", False))
     if not verbose:  # py4j's connection chatter is not the user's business
         logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -243,9 +243,13 @@ LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("adapter.librdkafka"))
 def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
     """Create a confluent-kafka client, turning a bad config into a ConfigError naming the key.
     librdkafka's log lines go to Python ``logging`` (:class:`LibrdkafkaLog`) unless the
-    config sets ``logger``."""
-    if "logger" not in config:
-        config = {**config, "logger": LIBRDKAFKA_LOG}
+    config sets ``logger``; when the config's ``error_cb`` is a :class:`FatalErrorWatch`,
+    the watch reads those lines too (some failures are only in them)."""
+    logger = config.get("logger", LIBRDKAFKA_LOG)
+    watch = config.get("error_cb")
+    if isinstance(watch, FatalErrorWatch) and not isinstance(logger, WatchedLog):
+        logger = WatchedLog(logger, watch)
+    config = {**config, "logger": logger}
     try:
         return factory(config)
     except KafkaException as exc:
@@ -259,6 +263,59 @@ def make_client(factory: Any, config: dict[str, Any], *, what: str) -> Any:
 #: ``_TRANSPORT`` too for a client certificate the broker refused (an OpenSSL alert)
 _TLS_MARKS = ("SSL handshake failed", "SSL connection closed", "SSL routines", "ssl/tls alert")
 _BROKER_PREFIX = re.compile(r"^(\w+://[^/\s]+|[^/\s]+)(?:/\S*)?: ")
+
+
+#: librdkafka's words for a connection the broker closed before it answered the first
+#: request (ApiVersion), as a TLS listener closes a plaintext client's: librdkafka 2.x logs
+#: "Disconnected: connection closed by peer: receive 0 after POLLIN (after 3ms in state
+#: APIVERSION_QUERY)", older ones "Disconnected while requesting ApiVersion: might be
+#: caused by incorrect security.protocol configuration (connecting to a SSL listener?)".
+#: Nothing goes to the ``error_cb`` but "1/1 brokers are down".
+_CLOSED_AT_APIVERSION = re.compile(
+    r"connecting to a SSL listener\?|closed by peer\b.*\bin state APIVERSION_QUERY", re.S
+)
+#: so many such closes within :data:`PLAINTEXT_ON_TLS_WINDOW_S` make the case (a broker
+#: that is shutting down may close a connection or two so; a TLS listener closes every one,
+#: and librdkafka retries within milliseconds: tens of lines a second)
+PLAINTEXT_ON_TLS_CLOSES = 3
+PLAINTEXT_ON_TLS_WINDOW_S = 10.0
+_PLAIN_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+#: a log line's thread (``[thrd:sasl_plaintext://127.0.0.1:9093/bootstrap]: ``) and a broker
+#: name's protocol
+_THREAD_PREFIX = re.compile(r"^\[thrd:[^\]]*\]: ")
+_SCHEME = re.compile(r"^\w+://")
+
+
+def closed_at_apiversion(line: str) -> bool:
+    """``line`` (a librdkafka log line) says the broker closed the connection before it
+    answered ApiVersion: what a plaintext client meets at a TLS listener."""
+    return _CLOSED_AT_APIVERSION.search(line) is not None
+
+
+def plaintext_on_tls_error(
+    text: str, config: Mapping[str, Any] | None = None, err: Any = None
+) -> TlsError:
+    """The :class:`TlsError` of a plaintext client (``security.protocol`` unset,
+    ``PLAINTEXT`` or ``SASL_PLAINTEXT``) at a TLS listener: names the protocol it used and
+    what to set instead (``text``: librdkafka's line)."""
+    config = config or {}
+    text = _THREAD_PREFIX.sub("", text)
+    match = _BROKER_PREFIX.match(text)
+    where = (
+        _SCHEME.sub("", match.group(1))
+        if match
+        else str(config.get("bootstrap.servers", "the broker"))
+    )
+    given = config.get("security.protocol")
+    protocol = str(given or "PLAINTEXT").upper()
+    shown = f"{protocol} (the default)" if not given else protocol
+    want = "SASL_SSL" if protocol.startswith("SASL") else "SSL (SASL_SSL with a SASL login)"
+    return TlsError(
+        f"the listener at {where} speaks TLS (it closes every connection before answering), "
+        f"but security.protocol={shown}: set security.protocol={want} and ssl.ca.location "
+        f"(the CA certificate file that signed the broker's certificate) (librdkafka: {text})",
+        kafka_error=err,
+    )
 
 
 def tls_failure(err: Any) -> str | None:
@@ -340,6 +397,25 @@ class FatalErrorWatch:
             for k, v in (config or {}).items()
             if k in ("bootstrap.servers", "security.protocol", "ssl.ca.location")
         }
+        protocol = str(self._config.get("security.protocol") or "PLAINTEXT").upper()
+        self._plain = protocol in _PLAIN_PROTOCOLS
+        #: when the closes at ApiVersion counted began, and how many
+        self._closes_since = 0.0
+        self._closes = 0
+
+    def line(self, text: str) -> None:
+        """Read one of librdkafka's log lines (:class:`WatchedLog`): a plaintext client
+        whose connections a broker keeps closing before it answered ApiVersion is at a TLS
+        listener; remember a :class:`TlsError` that says so."""
+        if not self._plain or not closed_at_apiversion(text):
+            return
+        now = self._clock()
+        if self._closes == 0 or now - self._closes_since > PLAINTEXT_ON_TLS_WINDOW_S:
+            self._closes_since, self._closes = now, 0
+        self._closes += 1
+        if self._closes >= PLAINTEXT_ON_TLS_CLOSES:
+            self.last = plaintext_on_tls_error(text, self._config)
+            self._last_at = now
 
     def report(self, error: Exception) -> None:
         """Remember ``error`` as if librdkafka had reported it now (an authorization
@@ -381,6 +457,23 @@ class FatalErrorWatch:
             self.last = BrokerUnavailableError(f"no broker reachable: {err.str()}", kafka_error=err)
         if self.user_cb is not None:
             self.user_cb(err)
+
+
+class WatchedLog:
+    """A client's ``logger`` that hands each of librdkafka's lines to a
+    :class:`FatalErrorWatch` (:meth:`FatalErrorWatch.line`) and then to ``inner`` (the
+    logger the client had)."""
+
+    __slots__ = ("inner", "watch")
+
+    def __init__(self, inner: Any, watch: FatalErrorWatch) -> None:
+        self.inner = inner
+        self.watch = watch
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        # confluent-kafka calls ``log(level, "%s [%s] %s", facility, client name, text)``
+        self.watch.line(str(args[-1]) if args else msg)
+        self.inner.log(level, msg, *args)
 
 
 def wait_metadata(

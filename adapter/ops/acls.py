@@ -113,6 +113,7 @@ def role_acls(
     namespace: str | None = None,
     create_topics: bool = True,
     exactly_once: bool = True,
+    share: bool = False,
 ) -> list[AclSpec]:
     """The ACLs ``role`` needs.
 
@@ -123,7 +124,9 @@ def role_acls(
     the admin commands for ``group`` (progress, reset-offset, dlq list/redrive, msg show,
     schedule status).  ``create_topics=False`` leaves out ``CREATE`` (topics made by an
     operator, the clients' ``auto_create_topics=False``); ``exactly_once=False`` leaves
-    out the ScheduleService's transactional id."""
+    out the ScheduleService's transactional id; ``share=True`` (consumer) adds what a
+    ``SimpleConsumer(backend="share")`` needs besides: setting (and reading) its share
+    group's configuration (start, delivery limit, record lock)."""
     if role not in ROLES:
         raise ConfigError("role", role, f"expected one of {ROLES}")
     kafka_topics = [naming.to_kafka(naming.check_user_topic(t, "topic")) for t in topics]
@@ -134,6 +137,8 @@ def role_acls(
         if create_topics:
             out.append(_topic(name, "CREATE", why, pattern))
 
+    if share and role != "consumer":
+        raise ConfigError("share", share, "a share group is the consumer role's (--role consumer)")
     if role in ("consumer", "console") and not group:
         raise ConfigError("group", group, f"the {role} role needs --group")
     if role == "consumer":
@@ -144,6 +149,16 @@ def role_acls(
         if not topics:
             raise ConfigError("topic", None, "the consumer role needs the subscribed --topic(s)")
         out.append(AclSpec("GROUP", group, "LITERAL", "READ", "join the group, commit offsets"))
+        if share:  # (ALTER_CONFIGS implies DESCRIBE_CONFIGS: reading the lock in force)
+            out.append(
+                AclSpec(
+                    "GROUP",
+                    group,
+                    "LITERAL",
+                    "ALTER_CONFIGS",
+                    "set the share group's start, delivery limit and record lock",
+                )
+            )
         out += [_topic(t, "READ", "the subscribed topic") for t in kafka_topics]
         out.append(_topic(retry, "READ", "consume the group's %RETRY% topic"))
         out.append(_topic(dlq, "WRITE", "send dead letters to %DLQ%"))

@@ -24,6 +24,7 @@ from adapter import (
     ScheduleService,
     SimpleConsumer,
 )
+from adapter.clients.push.push_consumer import ConsumeOrderlyStatus
 from adapter.embedded import EmbeddedKafka
 from adapter.io.admin import AdminSession
 from adapter.kafka import Consumer as DropInConsumer
@@ -278,3 +279,177 @@ def test_the_console_without_read_on_the_group_is_told(
     line = out.stderr.strip().splitlines()[-1]
     assert "user 'console-less'" in line and "missing permission" in line and "GROUP" in line
     assert USERS["console-less"] not in out.stderr
+
+
+# --- the orderly, drop-in and share consumers with exactly the consumer role's set ------------
+def _consumer_role(
+    broker: EmbeddedKafka, tmp_path: Path, group: str, topic: str, ns: str, *more: str
+) -> None:
+    _apply(broker, tmp_path, "consumer", "--role", "consumer", "--group", group,
+           "--topic", topic, "--namespace", ns, *more)  # fmt: skip
+
+
+def test_an_orderly_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_path: Path) -> None:
+    """Consumes in order, retries in place, dead-letters what keeps failing."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-orderly")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    _consumer_role(broker, tmp_path, group, topic, ns)
+    send(admin, topic, ["a", "flaky", "poison", "b"])
+    seen: list[tuple[str, int]] = []
+
+    def listener(msgs: list[Any], ctx: Any) -> ConsumeOrderlyStatus:
+        m = msgs[0]
+        seen.append((m.body.decode(), m.reconsume_times))
+        if m.body == b"poison" or (m.body == b"flaky" and m.reconsume_times == 0):
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return ConsumeOrderlyStatus.SUCCESS
+
+    consumer = PushConsumer(
+        _as(broker, "consumer", **{"group.id": group, "auto.offset.reset": "earliest"}),
+        delay_levels=LEVELS,
+        namespace=ns,
+        partitions=1,
+        max_reconsume_times=2,
+        consume_message_batch_max_size=1,
+        suspend_current_queue_time_millis=100,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener_orderly(listener)
+    with consumer:
+        wait_until(lambda: ("b", 0) in seen, 60, "every message")
+        wait_until(lambda: len(read_dlq(admin, group)) == 1, 60, "the dead letter")
+        consumer.check_alive()
+    assert [e.message.body for e in read_dlq(admin, group)] == [b"poison"]
+    assert seen == [("a", 0), ("flaky", 0), ("flaky", 1), ("poison", 0), ("poison", 1),
+                    ("poison", 2), ("b", 0)]  # fmt: skip
+
+
+def test_a_dropin_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_path: Path) -> None:
+    """Consumes, sends a retry through the delay levels (a ScheduleService with exactly its
+    own set forwards it) and a dead letter."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-dropin")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    _consumer_role(broker, tmp_path, group, topic, ns)
+    _apply(broker, tmp_path, "service", "--role", "schedule-service", "--namespace", ns)
+    send(admin, topic, ["ok", "flaky", "dead"])
+    got: list[tuple[str, int]] = []
+    with (
+        ScheduleService(_as(broker, "service"), delay_levels=LEVELS, namespace=ns, partitions=1),
+        DropInConsumer(
+            _as(broker, "consumer", **{"group.id": group, "auto.offset.reset": "earliest"}),
+            delay_levels=LEVELS,
+            namespace=ns,
+            partitions=1,
+        ) as c,
+    ):
+        c.subscribe([topic])
+
+        def step() -> bool:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                body, times = msg.value().decode(), c.reconsume_times(msg)
+                got.append((body, times))
+                if body == "flaky" and times == 0:
+                    c.reconsume_later(msg)
+                elif body == "dead":
+                    c.reconsume_later(msg, delay_level=-1)
+                c.commit(message=msg)
+            return ("flaky", 1) in got and ("dead", 0) in got
+
+        wait_until(step, 90, "the retry and the dead letter")
+        wait_until(lambda: len(read_dlq(admin, group)) == 1, 60, "the dead letter")
+    assert sorted(got) == [("dead", 0), ("flaky", 0), ("flaky", 1), ("ok", 0)]
+    assert [e.message.body for e in read_dlq(admin, group)] == [b"dead"]
+
+
+def test_a_share_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_path: Path) -> None:
+    """Receives, gets an unacknowledged message again and dead-letters one that is never
+    acknowledged."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-share")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    _consumer_role(broker, tmp_path, group, topic, ns, "--share")
+    send(admin, topic, ["ok", "flaky", "poison"])
+    attempts: dict[str, list[int]] = defaultdict(list)
+    acked: list[str] = []
+    with SimpleConsumer(
+        _as(broker, "consumer"),
+        group,
+        {topic: "*"},
+        backend="share",
+        partitions=1,
+        await_duration=1.0,
+        lock_duration=3.0,
+        max_delivery_attempts=2,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ) as sc:
+
+        def pull() -> bool:
+            for view in sc.receive(16, 2.0):
+                body = view.body.decode()
+                attempts[body].append(view.delivery_attempt)
+                if body == "poison" or (body == "flaky" and view.delivery_attempt == 1):
+                    continue  # its lock runs out: it comes back (the poison: to the DLQ)
+                sc.ack(view)
+                acked.append(body)
+            return len(acked) == 2 and len(read_dlq(admin, group)) == 1
+
+        wait_until(pull, 90, "the retry and the dead letter")
+        sc.check_alive()
+    assert sorted(acked) == ["flaky", "ok"]
+    assert attempts["flaky"] == [1, 2] and attempts["poison"] == [1, 2]
+    assert [e.message.body for e in read_dlq(admin, group)] == [b"poison"]
+
+
+def test_an_orderly_consumer_without_read_on_its_group_is_told(broker: EmbeddedKafka) -> None:
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-less")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    specs = role_acls("consumer", group=group, topics=[topic], namespace=ns)
+    _apply_less(broker, "consumer-less", specs, lambda s: s.resource == "GROUP"
+                and s.name == group)  # fmt: skip
+    send(admin, topic, ["kept"])
+    consumer = PushConsumer(
+        _as(broker, "consumer-less", **{"group.id": group, "auto.offset.reset": "earliest"}),
+        delay_levels=LEVELS,
+        namespace=ns,
+        partitions=1,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener_orderly(lambda m, c: ConsumeOrderlyStatus.SUCCESS)
+    consumer.start()
+    try:
+
+        def alive() -> None:
+            deadline = time.monotonic() + 25
+            while time.monotonic() < deadline:  # then: DID NOT RAISE
+                consumer.check_alive()
+                time.sleep(0.2)
+
+        error = _within(20, alive)
+    finally:
+        consumer.shutdown()
+    assert f"missing permission: READ on GROUP {group!r}" in str(error), error
+
+
+def test_a_share_consumer_without_alter_configs_on_its_group_is_told(
+    broker: EmbeddedKafka,
+) -> None:
+    """The share group's configuration is set at ``start()``: a refusal names the
+    permission (it was a ConfigError naming ``lock_duration``)."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-less")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    specs = role_acls("consumer", group=group, topics=[topic], namespace=ns, share=True)
+    _apply_less(broker, "consumer-less", specs, lambda s: s.operation == "ALTER_CONFIGS")
+    sc = SimpleConsumer(
+        _as(broker, "consumer-less"), group, {topic: "*"}, backend="share", partitions=1,
+        lock_duration=3.0,
+    )  # fmt: skip
+    try:
+        error = _within(20, sc.start)
+    finally:
+        sc.shutdown()
+    assert f"missing permission: ALTER_CONFIGS on GROUP {group!r}" in str(error), error

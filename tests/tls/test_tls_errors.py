@@ -161,6 +161,68 @@ def test_a_tls_client_on_a_plaintext_port_fails_fast_naming_the_listener(
     assert "security.protocol=SSL" in text and "ssl.ca.location" in text, text
 
 
+#: a plaintext client at each TLS listener: (security.protocol given, the listener)
+PLAINTEXT_AT_TLS = [(None, "SSL"), ("PLAINTEXT", "SASL_SSL"), ("SASL_PLAINTEXT", "SASL_SSL")]
+
+
+def _plaintext_at_tls(kafka_tls: EmbeddedKafka, given: str | None, listener: str) -> dict[str, Any]:
+    """The settings of a client that forgot TLS: the TLS listener's address and login, no
+    ``ssl.*``, ``security.protocol`` as ``given`` (``None``: unset)."""
+    conf = {
+        k: v
+        for k, v in kafka_tls.client_config(listener).items()
+        if not k.startswith("ssl.") and k != "security.protocol"
+    }
+    if given is not None:
+        conf["security.protocol"] = given
+    if not (given or "").startswith("SASL"):
+        conf = {k: v for k, v in conf.items() if not k.startswith("sasl.")}
+    return conf
+
+
+def _names_tls_and_the_protocol(text: str, given: str | None) -> None:
+    shown = "PLAINTEXT (the default)" if given is None else given
+    assert "speaks TLS" in text, text
+    assert f"security.protocol={shown}" in text, text
+    want = "SASL_SSL" if (given or "").startswith("SASL") else "SSL"
+    assert f"set security.protocol={want}" in text and "ssl.ca.location" in text, text
+    assert "admin-secret" not in text, text
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize(
+    ("given", "listener"), PLAINTEXT_AT_TLS, ids=lambda v: str(v) if v else "unset"
+)
+def test_a_plaintext_client_on_a_tls_port_fails_fast_naming_security_protocol(
+    kafka_tls: EmbeddedKafka, client: str, given: str | None, listener: str
+) -> None:
+    """A client without TLS settings at an ``SSL`` or ``SASL_SSL`` listener: the broker
+    closes each of its connections before answering; the client says the listener speaks
+    TLS and what to set, within seconds (it was "Broker transport failure" after 30 s)."""
+    conf = _plaintext_at_tls(kafka_tls, given, listener)
+    error, elapsed = _fails_fast(lambda: CLIENTS[client](conf))
+    _names_tls_and_the_protocol(str(error), given)
+    assert f"the listener at {kafka_tls.listener(listener)} speaks TLS" in str(error)
+    print(f"{client}: {elapsed:.1f}s {str(error)[:160]}")
+
+
+@pytest.mark.parametrize("command", CLI_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_cli_commands_report_a_plaintext_client_on_a_tls_port_in_one_line(
+    kafka_tls: EmbeddedKafka, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    props = properties(tmp_path / "no-tls.properties", _plaintext_at_tls(kafka_tls, None, "SSL"))
+    started = time.monotonic()
+    out = cli(props, *command)
+    elapsed = time.monotonic() - started
+    assert out.returncode == 2, out
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("rmq-kafka: error: the listener at "), out.stderr
+    _names_tls_and_the_protocol(last, None)
+    assert "Traceback" not in out.stderr
+    assert elapsed < LIMIT_S, elapsed
+    print(f"{' '.join(command[:2])}: {elapsed:.1f}s")
+
+
 @pytest.mark.parametrize("command", CLI_COMMANDS, ids=lambda c: " ".join(c[:2]))
 def test_cli_commands_report_a_wrong_ca_in_one_line(
     kafka_tls: EmbeddedKafka, other_ca: Path, tmp_path: Path, command: tuple[str, ...]

@@ -176,3 +176,60 @@ def test_cli_parses_the_analytics_commands() -> None:
         ["analytics", "dlq-report", "--group", "a", "--group", "b", "--output", "o", "--export"]
     )
     assert (args.job, args.group, args.export, args.top_keys) == ("dlq-report", ["a", "b"], True, 3)
+
+
+#: what Spark's Kafka source raised with a CA that did not sign the broker's certificate
+#: (the embedded TLS broker, 2026-11-28), its stack left out
+JAVA_WRONG_CA = """py4j.protocol.Py4JJavaError: An error occurred while calling o123.start.
+: org.apache.kafka.common.errors.SslAuthenticationException: SSL handshake failed
+Caused by: javax.net.ssl.SSLHandshakeException: PKIX path validation failed: java.security.cert.CertPathValidatorException: signature check failed
+\tat java.base/sun.security.ssl.Alert.createSSLException(Alert.java:131)
+Caused by: sun.security.validator.ValidatorException: PKIX path validation failed: java.security.cert.CertPathValidatorException: signature check failed
+"""  # noqa: E501
+TLS_CONF = {
+    "bootstrap.servers": "127.0.0.1:9093",
+    "security.protocol": "SASL_SSL",
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+    "sasl.username": "admin",
+    "sasl.password": "secret",
+}
+
+
+def test_a_failed_java_tls_handshake_is_a_tls_error_naming_the_ca() -> None:
+    from adapter.analytics.jars import SparkTlsError
+    from adapter.analytics.jobs import spark_kafka_error
+    from adapter.errors import AdapterError, TlsError
+
+    error = spark_kafka_error(RuntimeError(JAVA_WRONG_CA), TLS_CONF, "query q")
+    assert isinstance(error, SparkTlsError) and isinstance(error, TlsError)
+    assert isinstance(error, AnalyticsError) and isinstance(error, AdapterError)
+    text = str(error)
+    assert text.startswith("TLS handshake with 127.0.0.1:9093 failed in Spark's Kafka source")
+    assert "certificate verification failed" in text
+    assert "ssl.ca.location='/etc/kafka/ca.pem'" in text and "kafka.ssl.truststore" in text
+    assert "SSLHandshakeException" in text and "\tat " not in text and "secret" not in text
+    # not the SASL hint it was given before (sasl.username/sasl.password)
+    assert "sasl.password" not in text
+
+
+def test_an_expired_certificate_in_java_words_says_so() -> None:
+    from adapter.analytics.jobs import spark_kafka_error
+
+    java = (
+        "SslAuthenticationException: SSL handshake failed\nCaused by: javax.net.ssl."
+        "SSLHandshakeException: PKIX path validation failed: java.security.cert."
+        "CertPathValidatorException: validity check failed: NotAfter: ... certificate expired"
+    )
+    assert "a certificate has expired" in str(spark_kafka_error(RuntimeError(java), TLS_CONF, "q"))
+
+
+def test_the_connection_check_leaves_spark_own_tls_settings_alone() -> None:
+    """``--kafka-option kafka.ssl.*``: Spark gets TLS settings librdkafka does not have, so
+    no librdkafka client is tried (nothing is connected to: no broker at this address)."""
+    from adapter.analytics.preflight import check_tls
+
+    check_tls(
+        {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL"},
+        {"kafka.ssl.truststore.location": "/etc/kafka/truststore.jks"},
+        timeout_s=30.0,
+    )  # returns at once (a connection attempt would take its 2 s to give up)

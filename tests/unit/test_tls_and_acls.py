@@ -22,8 +22,11 @@ from adapter.errors import (
     TlsError,
 )
 from adapter.io.errors import (
+    PLAINTEXT_ON_TLS_CLOSES,
     FatalErrorWatch,
+    WatchedLog,
     client_error,
+    closed_at_apiversion,
     permission_hint,
     tls_error,
     tls_failure,
@@ -126,6 +129,115 @@ def test_the_watch_keeps_the_tls_cause_when_all_brokers_go_down() -> None:
     assert isinstance(tls, TlsError) and "certificate verification failed" in str(tls)
     assert len(seen) == 2  # the application's own error_cb still gets each
     clock.now += 11  # not reported again for longer than it stands
+    assert watch.tls() is None
+
+
+#: librdkafka 2.x's lines (``logger``) for a plaintext client at a TLS listener (nothing
+#: but "1/1 brokers are down" reaches the ``error_cb``), for a stopped broker, and an older
+#: librdkafka's words for the first
+CLOSED_AT_APIVERSION = (
+    "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Disconnected: connection "
+    "closed by peer: receive 0 after POLLIN (after 3ms in state APIVERSION_QUERY)"
+)
+OLD_CLOSED_AT_APIVERSION = (
+    "sasl_plaintext://127.0.0.1:9094/bootstrap: Disconnected while requesting ApiVersion: "
+    "might be caused by incorrect security.protocol configuration (connecting to a SSL "
+    "listener?) or broker version is < 0.10 (see api.version.request)"
+)
+REFUSED = (
+    "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Connect to "
+    "ipv4#127.0.0.1:9093 failed: Connection refused (after 0ms in state CONNECT)"
+)
+CLOSED_WHEN_UP = (
+    "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Disconnected: connection "
+    "closed by peer: receive 0 after POLLIN (after 5012ms in state UP)"
+)
+PLAIN = {"bootstrap.servers": "127.0.0.1:9093"}
+
+
+def _lines(watch: FatalErrorWatch, line: str, times: int, clock: _Clock | None = None) -> None:
+    log = WatchedLog(_Sink(), watch)
+    for _ in range(times):
+        log.log(3, "%s [%s] %s", "FAIL", "rdkafka#producer-1", line)
+        if clock is not None:
+            clock.now += 0.01
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+
+def test_closes_before_apiversion_are_told_from_other_lines() -> None:
+    assert closed_at_apiversion(CLOSED_AT_APIVERSION)
+    assert closed_at_apiversion(OLD_CLOSED_AT_APIVERSION)
+    assert not closed_at_apiversion(REFUSED)
+    assert not closed_at_apiversion(CLOSED_WHEN_UP)
+
+
+@pytest.mark.parametrize(
+    ("given", "shown", "want"),
+    [
+        (None, "PLAINTEXT (the default)", "SSL (SASL_SSL with a SASL login)"),
+        ("plaintext", "PLAINTEXT", "SSL (SASL_SSL with a SASL login)"),
+        ("SASL_PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"),
+    ],
+)
+def test_a_plaintext_client_at_a_tls_listener_is_told_what_to_set(
+    given: str | None, shown: str, want: str
+) -> None:
+    clock = _Clock()
+    conf = PLAIN if given is None else {**PLAIN, "security.protocol": given}
+    watch = FatalErrorWatch(config=conf, clock=clock)
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    _lines(watch, CLOSED_AT_APIVERSION, PLAINTEXT_ON_TLS_CLOSES, clock)
+    tls = watch.tls()
+    assert isinstance(tls, TlsError), watch.last
+    text = str(tls)
+    assert text.startswith("the listener at 127.0.0.1:9093 speaks TLS "), text
+    assert f"but security.protocol={shown}: set security.protocol={want} and " in text
+    assert "ssl.ca.location" in text and "[thrd:" not in text
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert watch.tls() is tls  # "all brokers down" does not hide why
+
+
+def test_the_lines_reach_the_logger_the_client_had() -> None:
+    sink = _Sink()
+    WatchedLog(sink, FatalErrorWatch(config=PLAIN)).log(3, "%s [%s] %s", "FAIL", "c", REFUSED)
+    assert sink.lines == [f"FAIL [c] {REFUSED}"]
+
+
+def test_a_stopped_broker_is_no_tls_listener() -> None:
+    """Refused connections, however many: the brokers are down, nothing about TLS."""
+    clock = _Clock()
+    watch = FatalErrorWatch(config=PLAIN, clock=clock)
+    _lines(watch, REFUSED, 50, clock)
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert watch.tls() is None
+    assert isinstance(watch.current(), BrokerUnavailableError)
+
+
+def test_a_broker_closing_a_connection_or_two_is_no_tls_listener() -> None:
+    """A broker shutting down may close a connection before answering; fewer than
+    ``PLAINTEXT_ON_TLS_CLOSES`` within the window (or spread over longer) say nothing."""
+    clock = _Clock()
+    watch = FatalErrorWatch(config=PLAIN, clock=clock)
+    _lines(watch, CLOSED_AT_APIVERSION, PLAINTEXT_ON_TLS_CLOSES - 1, clock)
+    _lines(watch, CLOSED_WHEN_UP, 10, clock)
+    assert watch.tls() is None
+    for _ in range(PLAINTEXT_ON_TLS_CLOSES):
+        clock.now += 11
+        _lines(watch, CLOSED_AT_APIVERSION, 1)
+    assert watch.tls() is None
+
+
+def test_a_tls_client_reads_such_closes_as_no_plaintext_mistake() -> None:
+    """A client that speaks TLS already learns about its handshake from the error_cb."""
+    watch = FatalErrorWatch(config=CONF)
+    _lines(watch, CLOSED_AT_APIVERSION, 10)
     assert watch.tls() is None
 
 
@@ -254,6 +366,15 @@ def test_the_consumer_role() -> None:
     without = _set(role_acls("consumer", group="orders", topics=["t1"], create_topics=False))
     assert not any(op == "CREATE" for op, *_ in without)
     assert ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.") in without
+
+
+def test_a_share_group_consumer_also_sets_its_group_configs() -> None:
+    plain = _set(role_acls("consumer", group="orders", topics=["t1"]))
+    share = _set(role_acls("consumer", group="orders", topics=["t1"], share=True))
+    assert share - plain == {("ALTER_CONFIGS", "GROUP", "LITERAL", "orders")}
+    with pytest.raises(InvalidInputError) as info:
+        role_acls("producer", topics=["t1"], share=True)
+    assert info.value.field == "share"
 
 
 def test_the_schedule_service_role() -> None:

@@ -24,9 +24,9 @@ from confluent_kafka.admin import (
 
 from adapter.clients.share.share_rules import OffsetReset, lock_ms, offset_reset
 from adapter.core.offsets import ConsumeFromWhere
-from adapter.errors import ConfigError
+from adapter.errors import AuthenticationError, ConfigError
 from adapter.io.config import admin_config
-from adapter.io.errors import make_client
+from adapter.io.errors import AUTH_CODES, make_client, permission_hint
 
 __all__ = [
     "BROKER_DEFAULT_LOCK_S",
@@ -97,6 +97,9 @@ def configure_share_group(
     try:
         _set_group_configs(admin, group, wanted, _ADMIN_TIMEOUT_S)
     except confluent_kafka.KafkaException as exc:
+        refused = _refused(exc, group, "ALTER_CONFIGS", f"setting its configuration {dict(wanted)}")
+        if refused is not None:
+            raise refused from exc
         name = "max_delivery_attempts" if GROUP_LIMIT in str(exc) else "lock_duration"
         raise ConfigError(
             name,
@@ -106,11 +109,31 @@ def configure_share_group(
     if GROUP_LOCK in wanted:
         return int(wanted[GROUP_LOCK]) / 1000
     lock_s = BROKER_DEFAULT_LOCK_S
-    for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
-        entry = fut.result(timeout=_ADMIN_TIMEOUT_S).get(GROUP_LOCK)
-        if entry is not None:
-            lock_s = int(entry.value) / 1000
+    try:
+        for fut in admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values():
+            entry = fut.result(timeout=_ADMIN_TIMEOUT_S).get(GROUP_LOCK)
+            if entry is not None:
+                lock_s = int(entry.value) / 1000
+    except confluent_kafka.KafkaException as exc:
+        refused = _refused(exc, group, "DESCRIBE_CONFIGS", f"reading its {GROUP_LOCK}")
+        if refused is not None:
+            raise refused from exc
+        raise
     return lock_s
+
+
+def _refused(
+    exc: confluent_kafka.KafkaException, group: str, operation: str, doing: str
+) -> AuthenticationError | None:
+    """The error naming the missing permission when ``exc`` is an authorization refusal."""
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, confluent_kafka.KafkaError) or err.code() not in AUTH_CODES:
+        return None
+    return AuthenticationError(
+        f"share group {group!r}: {doing} was refused: {err.str()}"
+        f"{permission_hint(err.code(), group, operation)}",
+        kafka_error=err,
+    )
 
 
 class ResetRefresher:
