@@ -192,9 +192,15 @@ class Hooks:
         """The ``receive`` span of a SimpleConsumer's ``receive()`` (its messages, each a
         :class:`~adapter.clients.simple.message_view.MessageView`): a child of the one
         message's context, or for several no parent and a link to each message's."""
-        if not views or self.noop:
+        if views and not self.noop:
+            self.receive([v.message for v in views], group)
+
+    def receive(self, msgs: Sequence[Any], group: str) -> None:
+        """The ``receive`` span of messages (each a
+        :class:`~adapter.core.message.MessageExt`) a pull call returned: a SimpleConsumer's
+        ``receive()``, the drop-in's ``poll()``/``consume()``."""
+        if not msgs or self.noop:
             return
-        msgs = [v.message for v in views]
         contexts = [self.context_of(m.properties) for m in msgs]
         first = msgs[0]
         attributes: dict[str, Any] = {
