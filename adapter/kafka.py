@@ -187,9 +187,8 @@ class Consumer(confluent_kafka.Consumer):
         """A :class:`TracedConsumer` when made while :func:`adapter.telemetry.instrument`
         is in effect (and not ``tracing=False``): the untraced ``poll()``/``consume()``
         carry nothing of tracing, not even a check."""
-        if cls is Consumer and telemetry.active is not None and options.get("tracing", True):
-            cls = TracedConsumer
-        return confluent_kafka.Consumer.__new__(cls)
+        traced = cls is Consumer and telemetry.active is not None and options.get("tracing", True)
+        return confluent_kafka.Consumer.__new__(TracedConsumer if traced else cls)
 
     def __init__(self, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> None:
         opts = build_options(DropInSettings, options, "adapter.kafka.Consumer")
