@@ -28,6 +28,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from adapter.constants import PROPERTY_RECONSUME_TIME, PROPERTY_UNIQ_KEY
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
+from adapter.telemetry.meters import MetricBridge, bridge
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -63,6 +64,8 @@ class Hooks:
     ) -> None:
         self.tracer = trace.get_tracer(scope, version, tracer_provider=tracer_provider)
         self.meter_provider = meter_provider
+        #: the Prometheus metrics through the meter (``None``: no meter provider to report to)
+        self.metrics: MetricBridge | None = bridge(meter_provider, scope, version)
         provider = tracer_provider or trace.get_tracer_provider()
         #: the API's no-op provider records nothing and carries nothing: no work at all
         self.noop = isinstance(provider, trace.NoOpTracerProvider)
