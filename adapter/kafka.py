@@ -131,6 +131,7 @@ __all__ = [
     "Producer",
     "RetriedMessage",
     "TopicPartition",
+    "TracedConsumer",
 ]
 
 #: The emulated ``enable.auto.offset.store`` stores positions at most this often.

@@ -7,7 +7,8 @@ serves it over HTTP when given ``metrics_port=`` (0: any free port; see ``endpoi
 Nothing is registered in prometheus-client's process-global registry unless it is the
 one passed in.  Instrumented with an OpenTelemetry meter provider
 (:func:`adapter.telemetry.instrument`), the same collectors are read by the meter too
-(:mod:`adapter.telemetry.meters`): the counters and gauges under the same names.
+(:mod:`adapter.telemetry.meters`, :mod:`adapter.telemetry.reporting`): the counters and
+gauges under the same names.
 
 Names follow Prometheus conventions (``_total`` counters, base units, ``_seconds``);
 labels: ``group`` and the logical ``topic`` (the retry topic as ``%RETRY%<group>``),
@@ -32,7 +33,6 @@ from prometheus_client.core import (
 
 from adapter.core.stats import Histogram, ProducerStats
 from adapter.errors import AdapterError
-from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.metrics")
 
@@ -57,10 +57,8 @@ __all__ = [
     "ConsumerCollector",
     "Exposition",
     "ProducerCollector",
-    "Reported",
     "ScheduleCollector",
     "expose",
-    "report",
 ]
 
 
@@ -343,38 +341,6 @@ def expose(
     if registry is None and port is None:
         return None
     return Exposition(collector, registry=registry, port=port, addr=addr)
-
-
-class Reported:
-    """A client's metrics on Prometheus (``exposition``, when asked for) and on the
-    OpenTelemetry meter (``stop`` ends that, when instrumented with one)."""
-
-    def __init__(self, exposition: Exposition | None, stop: Callable[[], None] | None) -> None:
-        self.exposition = exposition
-        self._stop = stop
-
-    @property
-    def endpoint(self) -> str | None:
-        return None if self.exposition is None else self.exposition.endpoint
-
-    def close(self) -> None:
-        stop, self._stop = self._stop, None
-        if stop is not None:
-            stop()
-        if self.exposition is not None:
-            self.exposition.close()
-
-
-def report(
-    collector: _Collector, *, registry: Any, port: int | None, addr: str = "127.0.0.1"
-) -> Reported | None:
-    """:func:`expose` ``collector`` and report it to the OpenTelemetry meter when
-    instrumented with one; ``None`` when neither."""
-    exposition = expose(collector, registry=registry, port=port, addr=addr)
-    stop = telemetry.observe(collector)
-    if exposition is None and stop is None:
-        return None
-    return Reported(exposition, stop)
 
 
 class Collectors:

@@ -139,7 +139,8 @@ class Producer(StartsInWith):
                 or opts.metrics_registry is not None
                 or telemetry.metered()
             ):
-                from adapter.io.metrics import ProducerCollector, report  # on use
+                from adapter.io.metrics import ProducerCollector  # on use
+                from adapter.telemetry.reporting import report
 
                 self._metrics = report(
                     ProducerCollector(self.stats),

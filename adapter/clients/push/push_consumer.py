@@ -303,7 +303,8 @@ class PushConsumer(StartsInWith):
         opts = self.options
         if opts.metrics_port is None and opts.metrics_registry is None and not telemetry.metered():
             return
-        from adapter.io.metrics import ConsumerCollector, report  # on use
+        from adapter.io.metrics import ConsumerCollector  # on use
+        from adapter.telemetry.reporting import report
 
         if self._member is not None:
             self._member.track_lag = True

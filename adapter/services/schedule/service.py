@@ -164,7 +164,8 @@ class ScheduleService(StartsInWith):
             opts.metrics_port is None and opts.metrics_registry is None and not telemetry.metered()
         ):
             return
-        from adapter.io.metrics import Collectors, ScheduleCollector, report  # on use
+        from adapter.io.metrics import Collectors, ScheduleCollector  # on use
+        from adapter.telemetry.reporting import report
 
         handler = self._handler
         collector: Any = ScheduleCollector(
