@@ -33,7 +33,8 @@ def write_dead_letters(
 ) -> list[BaseException | None]:
     """Write a copy of each of ``views`` to ``dlq_kafka_topic`` and wait up to ``timeout``
     seconds for the broker: per view, ``None`` when written, else the error (a
-    :class:`TimeoutError` when no delivery report came)."""
+    :class:`TimeoutError` when no delivery report came).  ``tracing``: the consumer's option
+    (``False``: no dead-letter span)."""
     results: list[BaseException | None] = [TimeoutError("no delivery report")] * len(views)
     for i, view in enumerate(views):
         msg = view.message
