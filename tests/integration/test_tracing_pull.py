@@ -203,8 +203,11 @@ def async_simple(bootstrap: str, topic: str, backend: str, **options: Any) -> As
 
 @pytest.mark.parametrize("backend", ["classic", "share"])
 def test_tracing_must_be_a_bool_on_the_pull_clients(backend: str) -> None:
+    """``tracing`` is an option of theirs (``False`` accepted), and only a bool is."""
     conf = {"bootstrap.servers": "127.0.0.1:9"}
-    with pytest.raises(ConfigError, match="tracing='no'"):
+    with pytest.raises(ConfigError, match="tracing='no': expected True or False"):
         SimpleConsumer(conf, "g", backend=backend, tracing="no")  # type: ignore[typeddict-item]
-    with pytest.raises(ConfigError, match="tracing=1"):
+    with pytest.raises(ConfigError, match="tracing=1: expected True or False"):
         DropInConsumer({**conf, "group.id": "g"}, tracing=1)  # type: ignore[typeddict-item]
+    assert SimpleConsumer(conf, "g", backend=backend, tracing=False).consumer_group == "g"
+    DropInConsumer({**conf, "group.id": "g"}, tracing=False).close()
