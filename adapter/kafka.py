@@ -131,6 +131,7 @@ __all__ = [
     "Producer",
     "RetriedMessage",
     "TopicPartition",
+    "TracedConsumer",
 ]
 
 #: The emulated ``enable.auto.offset.store`` stores positions at most this often.
@@ -182,6 +183,13 @@ class Consumer(confluent_kafka.Consumer):
         "_user_callbacks",
         "_watch",
     )
+
+    def __new__(cls, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> Consumer:
+        """A :class:`TracedConsumer` when made while :func:`adapter.telemetry.instrument`
+        is in effect (and not ``tracing=False``): the untraced ``poll()``/``consume()``
+        carry nothing of tracing, not even a check."""
+        traced = cls is Consumer and telemetry.active is not None and options.get("tracing", True)
+        return confluent_kafka.Consumer.__new__(TracedConsumer if traced else cls)
 
     def __init__(self, conf: Mapping[str, Any], **options: Unpack[DropInOptions]) -> None:
         opts = build_options(DropInSettings, options, "adapter.kafka.Consumer")
@@ -335,7 +343,7 @@ class Consumer(confluent_kafka.Consumer):
 
     def _send(self, copy: SendBackCopy) -> None:
         hooks = telemetry.active
-        if hooks is not None:  # the copy's ``send`` span, in the message's trace
+        if hooks is not None and self._opts.tracing:  # the copy's ``send`` span
             hooks.copies([copy], self._group, self._topics)
         record = hops.send_back(
             copy.msg,
@@ -804,3 +812,34 @@ class Consumer(confluent_kafka.Consumer):
             self._close(finished=exc_type is None)
         finally:
             self._signals.exit()
+
+
+class TracedConsumer(Consumer):
+    """:class:`Consumer` made while tracing is on: each ``poll()``/``consume()`` that
+    returns messages is a ``receive`` span in their traces (one message: a child of its
+    context, linked to it; several: a link to each).  ``Consumer(...)`` makes it itself."""
+
+    __slots__ = ()
+
+    def poll(self, timeout: float | None = None) -> confluent_kafka.Message | None:
+        msg = Consumer.poll(self, timeout)
+        if msg is not None and msg.error() is None:
+            self._received([msg])
+        return msg
+
+    def consume(
+        self, num_messages: int = 1, timeout: float | None = None
+    ) -> list[confluent_kafka.Message]:
+        msgs = Consumer.consume(self, num_messages, timeout)
+        if msgs:
+            self._received([m for m in msgs if m.error() is None])
+        return msgs
+
+    def _received(self, msgs: list[confluent_kafka.Message]) -> None:
+        hooks = telemetry.active
+        if hooks is None or not msgs:
+            return
+        try:
+            hooks.receive([self._view(m) for m in msgs], self._group)
+        except Exception:  # tracing never stops consuming
+            log.debug("consumer %s: receive span not made", self._group, exc_info=True)

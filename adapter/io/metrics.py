@@ -5,7 +5,10 @@ forwarding pay nothing extra for metrics.  A client registers its collector in t
 registry the application passes (``metrics_registry=``) or in a registry of its own, and
 serves it over HTTP when given ``metrics_port=`` (0: any free port; see ``endpoint``).
 Nothing is registered in prometheus-client's process-global registry unless it is the
-one passed in.
+one passed in.  Instrumented with an OpenTelemetry meter provider
+(:func:`adapter.telemetry.instrument`), the same collectors are read by the meter too
+(:mod:`adapter.telemetry.meters`, :mod:`adapter.telemetry.reporting`): the counters and
+gauges under the same names.
 
 Names follow Prometheus conventions (``_total`` counters, base units, ``_seconds``);
 labels: ``group`` and the logical ``topic`` (the retry topic as ``%RETRY%<group>``),

@@ -28,6 +28,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from adapter.constants import PROPERTY_RECONSUME_TIME, PROPERTY_UNIQ_KEY
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
+from adapter.telemetry.meters import MetricBridge, bridge
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -63,6 +64,8 @@ class Hooks:
     ) -> None:
         self.tracer = trace.get_tracer(scope, version, tracer_provider=tracer_provider)
         self.meter_provider = meter_provider
+        #: the Prometheus metrics through the meter (``None``: no meter provider to report to)
+        self.metrics: MetricBridge | None = bridge(meter_provider, scope, version)
         provider = tracer_provider or trace.get_tracer_provider()
         #: the API's no-op provider records nothing and carries nothing: no work at all
         self.noop = isinstance(provider, trace.NoOpTracerProvider)
@@ -192,9 +195,15 @@ class Hooks:
         """The ``receive`` span of a SimpleConsumer's ``receive()`` (its messages, each a
         :class:`~adapter.clients.simple.message_view.MessageView`): a child of the one
         message's context, or for several no parent and a link to each message's."""
-        if not views or self.noop:
+        if views and not self.noop:
+            self.receive([v.message for v in views], group)
+
+    def receive(self, msgs: Sequence[Any], group: str) -> None:
+        """The ``receive`` span of messages (each a
+        :class:`~adapter.core.message.MessageExt`) a pull call returned: a SimpleConsumer's
+        ``receive()``, the drop-in's ``poll()``/``consume()``."""
+        if not msgs or self.noop:
             return
-        msgs = [v.message for v in views]
         contexts = [self.context_of(m.properties) for m in msgs]
         first = msgs[0]
         attributes: dict[str, Any] = {

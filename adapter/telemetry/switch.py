@@ -15,11 +15,13 @@ SCOPE = "rmq-kafka-adapter"
 
 
 def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> None:
-    """Trace producers, consumers and the ScheduleService created from now on.
+    """Trace producers, consumers and the ScheduleService created from now on, and report
+    the metrics of those started from now on to the meter.
 
     ``tracer_provider``/``meter_provider``: OpenTelemetry providers (``None``: the global
-    ones).  Raises :class:`~adapter.errors.ConfigError` when the ``otel`` extra
-    (``opentelemetry-api``) is not installed.  Calling it again replaces the providers.
+    ones; metrics only once the application has set a global meter provider).  Raises
+    :class:`~adapter.errors.ConfigError` when the ``otel`` extra (``opentelemetry-api``) is
+    not installed.  Calling it again replaces the providers.
     """
     if importlib.util.find_spec("opentelemetry") is None:
         raise ConfigError(
@@ -29,12 +31,18 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> None:
         )
     from adapter.telemetry.hooks import Hooks
 
-    state.active = Hooks(tracer_provider, meter_provider, SCOPE, _version())
+    hooks = Hooks(tracer_provider, meter_provider, SCOPE, _version())
+    previous, state.active = state.active, hooks
+    if previous is not None and previous.metrics not in (None, hooks.metrics):
+        previous.metrics.close()
 
 
 def uninstrument() -> None:
-    """Stop tracing: no span is made and no header added from now on."""
-    state.active = None
+    """Stop tracing: no span is made and no header added from now on, and the metrics of
+    the clients made while instrumented are no longer reported to the meter."""
+    previous, state.active = state.active, None
+    if previous is not None and previous.metrics is not None:
+        previous.metrics.close()
 
 
 def is_instrumented() -> bool:

@@ -458,8 +458,11 @@ def test_the_drop_in_s_send_back_and_its_forward_are_in_the_message_s_trace(
         first = read_topic(conf, topic)[0]
     assert times == [0, 1]
     got = finished(spans)
-    assert [hop(s) for s in got] == ["send", "send-back", "forward"]
+    # each poll() that returned the message is a receive span (the drop-in's own loop)
+    assert [hop(s) for s in got] == ["send", "receive", "send-back", "forward", "receive"]
     assert len(trace_ids(got)) == 1
+    receives = [s for s in got if hop(s) == "receive"]
+    assert [(s.attributes or {}).get("rocketmq.reconsume_times") for s in receives] == [0, 1]
     assert len(traceparents(first)) == 1 and traceparents(retried[0]) == traceparents(first)
 
 

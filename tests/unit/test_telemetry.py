@@ -187,3 +187,66 @@ def test_the_api_s_no_op_provider_costs_nothing() -> None:
         assert hooks().send(headers, "orders", "id", None) == [("KEYS", b"k")]
     finally:
         telemetry.uninstrument()
+
+
+def _sent(reader: Any) -> dict[tuple[tuple[str, Any], ...], float]:
+    """The ``rmq_producer_messages_sent`` points a collection reads, by attributes."""
+    data = reader.get_metrics_data()
+    out: dict[tuple[tuple[str, Any], ...], float] = {}
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "rmq_producer_messages_sent":
+                    for point in metric.data.data_points:
+                        out[tuple(sorted(point.attributes.items()))] = point.value
+    return out
+
+
+def test_a_collector_s_counters_reach_the_meter_summed_and_stop_when_removed() -> None:
+    """Two producers' stats on one topic are one point (the sum), read at collection time;
+    a removed collector is no longer read; instrumenting again with the same provider keeps
+    the instruments."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from adapter.core.stats import ProducerStats
+    from adapter.io.metrics import ProducerCollector
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry.instrument(meter_provider=provider)
+    try:
+        bridge = hooks().metrics
+        assert bridge is not None and state.metered()
+        one, two = ProducerStats(), ProducerStats()
+        stop_one = state.observe(ProducerCollector(one))
+        stop_two = state.observe(ProducerCollector(two))
+        assert stop_one is not None and stop_two is not None
+        one.sent["orders"], two.sent["orders"], two.sent["refunds"] = 2, 3, 1
+        assert _sent(reader) == {(("topic", "orders"),): 5, (("topic", "refunds"),): 1}
+        one.sent["orders"] = 4  # read anew at each collection
+        assert _sent(reader)[(("topic", "orders"),)] == 7
+        stop_two()
+        assert _sent(reader) == {(("topic", "orders"),): 4}
+        telemetry.instrument(meter_provider=provider)
+        assert hooks().metrics is bridge
+        assert _sent(reader) == {(("topic", "orders"),): 4}
+    finally:
+        telemetry.uninstrument()
+        provider.shutdown()
+    assert not state.metered() and state.observe(ProducerCollector(ProducerStats())) is None
+
+
+def test_no_meter_unless_one_is_given_or_set_globally() -> None:
+    """The API's no-op provider, or no global provider set: nothing is read for a meter."""
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    from adapter.telemetry.meters import wanted
+
+    assert wanted(NoOpMeterProvider()) is None
+    assert wanted(None) is None  # the tests never set a global meter provider
+    telemetry.instrument(meter_provider=NoOpMeterProvider())
+    try:
+        assert telemetry.is_instrumented() and not state.metered()
+    finally:
+        telemetry.uninstrument()

@@ -29,6 +29,7 @@ class DropInOptions(TypedDict, total=False):
     send_back_retry_interval: float
     circuit_breaker: CircuitBreaker | None
     clock: Clock
+    tracing: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class DropInSettings:
     #: off by default; see :mod:`adapter.clients.dropin.dropin_circuit`
     circuit_breaker: CircuitBreaker | None = None
     clock: Clock = field(default_factory=lambda: SYSTEM_CLOCK)
+    #: ``False``: this consumer makes no span (its ``poll()``/``consume()`` receives, its
+    #: copies) while :func:`adapter.telemetry.instrument` is in effect
+    tracing: bool = True
 
     def __post_init__(self) -> None:
         resolve_max_reconsume_times(self.max_reconsume_times)
@@ -52,6 +56,8 @@ class DropInSettings:
             self.circuit_breaker, CircuitBreaker
         ):
             raise ConfigError("circuit_breaker", self.circuit_breaker, "expected a CircuitBreaker")
+        if not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "expected True or False")
 
 
 def truthy(value: Any) -> bool:

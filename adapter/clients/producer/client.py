@@ -135,11 +135,14 @@ class Producer(StartsInWith):
             thread.start()
             opts = self.options
             if self._metrics is None and (
-                opts.metrics_port is not None or opts.metrics_registry is not None
+                opts.metrics_port is not None
+                or opts.metrics_registry is not None
+                or telemetry.metered()
             ):
-                from adapter.io.metrics import ProducerCollector, expose  # on use
+                from adapter.io.metrics import ProducerCollector  # on use
+                from adapter.telemetry.reporting import report
 
-                self._metrics = expose(
+                self._metrics = report(
                     ProducerCollector(self.stats),
                     registry=opts.metrics_registry,
                     port=opts.metrics_port,

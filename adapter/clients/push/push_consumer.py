@@ -301,13 +301,14 @@ class PushConsumer(StartsInWith):
 
     def _expose_metrics(self) -> None:
         opts = self.options
-        if opts.metrics_port is None and opts.metrics_registry is None:
+        if opts.metrics_port is None and opts.metrics_registry is None and not telemetry.metered():
             return
-        from adapter.io.metrics import ConsumerCollector, expose  # on use
+        from adapter.io.metrics import ConsumerCollector  # on use
+        from adapter.telemetry.reporting import report
 
         if self._member is not None:
             self._member.track_lag = True
-        self._metrics = expose(
+        self._metrics = report(
             ConsumerCollector(self.group, lambda: self._member),
             registry=opts.metrics_registry,
             port=opts.metrics_port,

@@ -29,10 +29,12 @@ def write_dead_letters(
     max_delivery_attempts: int,
     now_ms: int,
     timeout: float,
+    tracing: bool = True,
 ) -> list[BaseException | None]:
     """Write a copy of each of ``views`` to ``dlq_kafka_topic`` and wait up to ``timeout``
     seconds for the broker: per view, ``None`` when written, else the error (a
-    :class:`TimeoutError` when no delivery report came)."""
+    :class:`TimeoutError` when no delivery report came).  ``tracing``: the consumer's option
+    (``False``: no dead-letter span)."""
     results: list[BaseException | None] = [TimeoutError("no delivery report")] * len(views)
     for i, view in enumerate(views):
         msg = view.message
@@ -49,7 +51,7 @@ def write_dead_letters(
             failure=failure,
         )
 
-        hooks = telemetry.active
+        hooks = telemetry.active if tracing else None
         if hooks is not None:  # the dead letter's ``send`` span, in the message's trace
             attributes = {
                 "messaging.consumer.group.name": group,

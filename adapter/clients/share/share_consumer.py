@@ -415,7 +415,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 if state.buffer:
                     views = state.take(min(n, limit - unacked), invisible_s, now)
                     if views:
-                        hooks = telemetry.active
+                        hooks = telemetry.active if self.share_options.tracing else None
                         if hooks is not None:  # a ``receive`` span in the messages' traces
                             hooks.received(views, self.consumer_group)
                         return views
@@ -448,7 +448,7 @@ class ShareSimpleConsumer(SimpleConsumer):
                 with self._lock:
                     views = state.take(max(0, min(n, limit - state.unacked)), invisible_s, clock())
                 hooks = telemetry.active
-                if hooks is not None:
+                if hooks is not None and self.share_options.tracing:
                     hooks.received(views, self.consumer_group)
                 return views
 
@@ -488,6 +488,7 @@ class ShareSimpleConsumer(SimpleConsumer):
             max_delivery_attempts=self.max_delivery_attempts,
             now_ms=self._clock.now_ms(),
             timeout=_DLQ_TIMEOUT_S,
+            tracing=self.share_options.tracing,
         )
         with self._lock:
             self._dead_in_flight -= len(dead)

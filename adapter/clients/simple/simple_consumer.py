@@ -463,6 +463,7 @@ class SimpleConsumer(StartsInWith):
             errors=self._errors,
             clock=self._clock,
         )
+        member.tracing = opts.tracing  # its copies' ``send`` spans
         turns = MemberTurns(member)
         loop = ClientLoop(
             f"rmq-simple-{self.consumer_group}",
@@ -544,7 +545,7 @@ class SimpleConsumer(StartsInWith):
             assert isinstance(got, PullFuture)
             got = got.result(timeout=self._await_s + 60)
         hooks = telemetry.active
-        if hooks is not None:  # a ``receive`` span in the messages' traces
+        if hooks is not None and self.options.tracing:  # a ``receive`` span
             hooks.received(got, self.consumer_group)
         return got
 
@@ -556,7 +557,17 @@ class SimpleConsumer(StartsInWith):
             got = self._receive(max_message_num, invisible_duration, read=False)
         except Exception as exc:
             return settled(error=exc)
-        return got if isinstance(got, PullFuture) else settled(got)
+        fut = got if isinstance(got, PullFuture) else settled(got)
+        hooks = telemetry.active
+        if hooks is not None and self.options.tracing:  # a ``receive`` span once they came
+            group = self.consumer_group
+
+            def traced(done: PullFuture[list[MessageView]]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    hooks.received(done.result(), group)
+
+            fut.add_done_callback(traced)  # type: ignore[arg-type]
+        return fut
 
     def _receive(
         self, max_message_num: int, invisible_duration: float | timedelta, *, read: bool

@@ -84,6 +84,9 @@ class SimpleConsumerOptions(TypedDict, total=False):
     on_error: ErrorCallback | None
     #: share backend only: the group's record lock (``share.record.lock.duration.ms``)
     lock_duration: float | timedelta | None
+    #: ``False``: no span and no copy's span for this consumer while
+    #: :func:`adapter.telemetry.instrument` is in effect
+    tracing: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,9 @@ class SimpleOptions:
     on_error: ErrorCallback | None = None
     #: share backend only (refused here: a classic group has no record locks)
     lock_duration: float | timedelta | None = None
+    #: ``False``: this consumer makes no span while :func:`adapter.telemetry.instrument`
+    #: is in effect
+    tracing: bool = True
 
     def __post_init__(self) -> None:
         if self.lock_duration is not None:
@@ -141,6 +147,8 @@ class SimpleOptions:
             timestamp_ms(self.consume_timestamp)
         if self.on_error is not None and not callable(self.on_error):
             raise ConfigError("on_error", self.on_error, "must be a callable(exception)")
+        if not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "expected True or False")
 
     @property
     def await_s(self) -> float:

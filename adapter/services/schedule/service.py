@@ -161,10 +161,11 @@ class ScheduleService(StartsInWith):
     def _expose_metrics(self) -> None:
         opts = self.options
         if self._metrics is not None or (
-            opts.metrics_port is None and opts.metrics_registry is None
+            opts.metrics_port is None and opts.metrics_registry is None and not telemetry.metered()
         ):
             return
-        from adapter.io.metrics import Collectors, ScheduleCollector, expose  # on use
+        from adapter.io.metrics import Collectors, ScheduleCollector  # on use
+        from adapter.telemetry.reporting import report
 
         handler = self._handler
         collector: Any = ScheduleCollector(
@@ -173,7 +174,7 @@ class ScheduleService(StartsInWith):
         if opts.lag_groups:
             self._backlog = GroupBacklog(self._config, opts, handler.engine)
             collector = Collectors(collector, self._backlog.collector())
-        self._metrics = expose(
+        self._metrics = report(
             collector,
             registry=opts.metrics_registry,
             port=opts.metrics_port,
