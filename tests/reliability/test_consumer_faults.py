@@ -42,6 +42,7 @@ from tests.support.consumer_helpers import (
     new_ids,
     offset_probe,
     produce,
+    read_topic,
     retry_kafka_topic,
     set_topic_config,
     wait_until,
@@ -495,6 +496,9 @@ def test_broker_killed_mid_stream_loses_nothing(
                 ok = journal.ok_ids()
                 dead_now = {e.message.body.decode() for e in dlq_ids(bs, group)}
                 missing = [i for i in ids if i not in ok and i not in dead_now]
+                where = _where_records_are(
+                    bs, missing[:6], topic=topic, group=group, service_group=svc.group, ns=ns
+                )
                 raise AssertionError(
                     f"{exc} ({time.monotonic() - restarted_at:.1f}s after the restart); "
                     f"{len(missing)} missing, e.g. "
@@ -502,7 +506,9 @@ def test_broker_killed_mid_stream_loses_nothing(
                     f"assignment {sorted(consumer.assignment)}; stats {consumer.stats()}; "
                     f"committed {probe.committed(topic, [0, 1, 2])} "
                     f"ends {probe.ends(topic, [0, 1, 2])}\n{_service_state(bs, svc, group, ns)}"
-                    f"\n{_consumer_state(bs, consumer)}\n{broker_log(embedded_kafka)}"
+                    f"\n{_consumer_state(bs, consumer)}"
+                    f"\n{where}"
+                    f"\n{broker_log(embedded_kafka)}"
                 ) from None
             ends = probe.ends(topic, [0, 1, 2])
             wait_until(
@@ -581,6 +587,40 @@ def _consumer_state(bs: str, consumer: Any) -> str:
             uncommitted.close()
         out.append(f"{rt} read_uncommitted watermarks {hw}")
     return "\n".join(out)
+
+
+def _where_records_are(
+    bs: str, msg_ids: list[str], *, topic: str, group: str, service_group: str, ns: str
+) -> str:
+    """Where the records of ``msg_ids`` are (for failure messages): every copy of each in
+    the source topic, the delay-level topics, the group's retry topic and DLQ and the
+    service's DLQ, read committed and uncommitted (a copy seen only uncommitted belongs to
+    an aborted or still open transaction)."""
+    levels = DelayLevels.coerce(LEVELS)
+    topics = [
+        topic,
+        *(naming.to_kafka(naming.schedule_topic(lv, levels, ns)) for lv in levels.levels()),
+        retry_kafka_topic(group),
+        naming.to_kafka(naming.dlq_topic(group)),
+        naming.to_kafka(naming.dlq_topic(service_group)),
+    ]
+    wanted = {i.encode() for i in msg_ids}
+    found: dict[bytes, list[str]] = {i: [] for i in wanted}
+    conf = {"bootstrap.servers": bs}
+    for t in topics:
+        try:
+            committed = {
+                (r.partition, r.offset) for r in read_topic(conf, t, 10) if r.value in wanted
+            }
+            for r in read_topic(conf, t, 10, isolation="read_uncommitted"):
+                if r.value in wanted:
+                    seen = "" if (r.partition, r.offset) in committed else " (uncommitted)"
+                    found[r.value].append(f"{t}[{r.partition}]@{r.offset}{seen}")
+        except Exception as exc:  # a diagnostic must not hide the failure it explains
+            found.setdefault(b"?", []).append(f"{t}: {exc!r}")
+    return "records of the missing ids: " + "; ".join(
+        f"{k.decode()}: {v or 'nowhere'}" for k, v in found.items()
+    )
 
 
 # --------------------------------------------------------------------------------------------
