@@ -594,8 +594,9 @@ def _where_records_are(
 ) -> str:
     """Where the records of ``msg_ids`` are (for failure messages): every copy of each in
     the source topic, the delay-level topics, the group's retry topic and DLQ and the
-    service's DLQ, read committed and uncommitted (a copy seen only uncommitted belongs to
-    an aborted or still open transaction)."""
+    service's DLQ, read committed and uncommitted: a copy a ``read_committed`` reader does not
+    see belongs to an aborted transaction, or to an open one or lies behind one (past the
+    last stable offset)."""
     levels = DelayLevels.coerce(LEVELS)
     topics = [
         topic,
@@ -614,7 +615,9 @@ def _where_records_are(
             }
             for r in read_topic(conf, t, 10, isolation="read_uncommitted"):
                 if r.value in wanted:
-                    seen = "" if (r.partition, r.offset) in committed else " (uncommitted)"
+                    seen = (
+                        "" if (r.partition, r.offset) in committed else " (read_uncommitted only)"
+                    )
                     found[r.value].append(f"{t}[{r.partition}]@{r.offset}{seen}")
         except Exception as exc:  # a diagnostic must not hide the failure it explains
             found.setdefault(b"?", []).append(f"{t}: {exc!r}")
