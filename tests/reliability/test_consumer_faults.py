@@ -414,6 +414,9 @@ def test_send_back_failing_while_broker_paused_then_everything_succeeds(
     [
         ("kill", "AT_LEAST_ONCE"),
         ("kill", "EXACTLY_ONCE"),
+        # killed while the ScheduleService has a transaction open: it is aborted or fenced
+        # and its forwards are read again
+        ("kill-in-transaction", "EXACTLY_ONCE"),
         # SIGSTOP for longer than the consumer's session timeout: when the broker wakes up
         # the member's session has expired, so it rejoins while messages are in flight
         ("sigstop-past-session-timeout", "EXACTLY_ONCE"),
@@ -429,6 +432,7 @@ def test_broker_killed_mid_stream_loses_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     bs = kafka_bootstrap_servers
+    caplog.set_level(logging.DEBUG, logger="adapter.schedule")  # its transactions, on failure
     topic = kafka_topic_factory("bkill", partitions=3)
     group, ns = names()
     fail_mod, poison_mod = 8, 25
@@ -455,7 +459,7 @@ def test_broker_killed_mid_stream_loses_nothing(
         consume_thread_max=4,
         # kill: long enough that the restart does not evict the member; SIGSTOP: short on
         # purpose, the stop outlasts it
-        config={"session.timeout.ms": 30000 if fault == "kill" else _SHORT_SESSION_MS},
+        config={"session.timeout.ms": 30000 if fault.startswith("kill") else _SHORT_SESSION_MS},
     )
     svc = schedule_service(bs, ns, delivery=delivery)
     try:
@@ -467,8 +471,15 @@ def test_broker_killed_mid_stream_loses_nothing(
         ):
             produce(bs, topic, before, headers=headers)
             wait_until(lambda: len(journal.ok_ids()) >= 40, 30, "part of the stream")
+            if fault == "kill-in-transaction":
+                wait_until(lambda: svc.stats.forwarded > 0, 30, "the first forwards")
+
+                def transaction_open() -> bool:
+                    return bool(svc.running_info()["transaction_open"])
+
+                wait_until(transaction_open, 20, "an open transaction", 0.0005)
             t0 = time.monotonic()
-            if fault == "kill":
+            if fault.startswith("kill"):
                 embedded_kafka.kill()
                 done_at_kill = len(journal.ok_ids())
                 embedded_kafka.restart()
@@ -507,7 +518,7 @@ def test_broker_killed_mid_stream_loses_nothing(
                     f"committed {probe.committed(topic, [0, 1, 2])} "
                     f"ends {probe.ends(topic, [0, 1, 2])}\n{_service_state(bs, svc, group, ns)}"
                     f"\n{_consumer_state(bs, consumer)}"
-                    f"\n{where}"
+                    f"\n{where}\n{_transactions(caplog)}"
                     f"\n{broker_log(embedded_kafka)}"
                 ) from None
             ends = probe.ends(topic, [0, 1, 2])
@@ -520,7 +531,7 @@ def test_broker_killed_mid_stream_loses_nothing(
     finally:
         ensure_serving(embedded_kafka)
     assert done_at_kill < len(before) - len(poison & set(before))  # killed mid-stream
-    if fault != "kill":  # the stop outlasted the session: the member lost its partitions
+    if fault.startswith("sigstop"):  # the stop outlasted the session: the member lost them
         assert any("(session expired)" in r.getMessage() for r in caplog.records)
     dead = dlq_ids(bs, group)
     dead_ids = Counter(e.message.body.decode() for e in dead)
@@ -587,6 +598,18 @@ def _consumer_state(bs: str, consumer: Any) -> str:
             uncommitted.close()
         out.append(f"{rt} read_uncommitted watermarks {hw}")
     return "\n".join(out)
+
+
+def _transactions(caplog: pytest.LogCaptureFixture) -> str:
+    """What the ScheduleService logged of its transactions (commits with their offsets,
+    failures, partitions read again) and of its refused forwards (for failure messages)."""
+    lines = [
+        f"{r.levelname} {r.getMessage()}"
+        for r in caplog.records
+        if r.name == "adapter.schedule"
+        and any(w in r.getMessage() for w in ("transaction", "read again", "refused"))
+    ]
+    return "ScheduleService transactions:\n" + "\n".join(lines[-60:])
 
 
 def _where_records_are(
