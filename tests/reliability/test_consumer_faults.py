@@ -580,7 +580,11 @@ def _service_state(bs: str, svc: Any, group: str, ns: str) -> str:
                 f"{t}: ends {sp.ends(t, [0, 1])} service committed {sp.committed(t, [0, 1])}"
             )
         rt = retry_kafka_topic(group)
-        out.append(f"{rt}: ends {gp.ends(rt, [0, 1])} committed {gp.committed(rt, [0, 1])}")
+        # the probe reads read_committed: its ends are last stable offsets (an open
+        # transaction holds them back); _consumer_state gives the high watermarks
+        out.append(
+            f"{rt}: ends (last stable) {gp.ends(rt, [0, 1])} committed {gp.committed(rt, [0, 1])}"
+        )
     return "\n".join(out)
 
 
