@@ -42,6 +42,7 @@ from tests.support.consumer_helpers import (
     new_ids,
     offset_probe,
     produce,
+    read_topic,
     retry_kafka_topic,
     set_topic_config,
     wait_until,
@@ -413,6 +414,9 @@ def test_send_back_failing_while_broker_paused_then_everything_succeeds(
     [
         ("kill", "AT_LEAST_ONCE"),
         ("kill", "EXACTLY_ONCE"),
+        # killed while the ScheduleService has a transaction open: it is aborted or fenced
+        # and its forwards are read again
+        ("kill-in-transaction", "EXACTLY_ONCE"),
         # SIGSTOP for longer than the consumer's session timeout: when the broker wakes up
         # the member's session has expired, so it rejoins while messages are in flight
         ("sigstop-past-session-timeout", "EXACTLY_ONCE"),
@@ -428,6 +432,7 @@ def test_broker_killed_mid_stream_loses_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     bs = kafka_bootstrap_servers
+    caplog.set_level(logging.DEBUG, logger="adapter.schedule")  # its transactions, on failure
     topic = kafka_topic_factory("bkill", partitions=3)
     group, ns = names()
     fail_mod, poison_mod = 8, 25
@@ -454,7 +459,7 @@ def test_broker_killed_mid_stream_loses_nothing(
         consume_thread_max=4,
         # kill: long enough that the restart does not evict the member; SIGSTOP: short on
         # purpose, the stop outlasts it
-        config={"session.timeout.ms": 30000 if fault == "kill" else _SHORT_SESSION_MS},
+        config={"session.timeout.ms": 30000 if fault.startswith("kill") else _SHORT_SESSION_MS},
     )
     svc = schedule_service(bs, ns, delivery=delivery)
     try:
@@ -466,8 +471,15 @@ def test_broker_killed_mid_stream_loses_nothing(
         ):
             produce(bs, topic, before, headers=headers)
             wait_until(lambda: len(journal.ok_ids()) >= 40, 30, "part of the stream")
+            if fault == "kill-in-transaction":
+                wait_until(lambda: svc.stats.forwarded > 0, 30, "the first forwards")
+
+                def transaction_open() -> bool:
+                    return bool(svc.running_info()["transaction_open"])
+
+                wait_until(transaction_open, 20, "an open transaction", 0.0005)
             t0 = time.monotonic()
-            if fault == "kill":
+            if fault.startswith("kill"):
                 embedded_kafka.kill()
                 done_at_kill = len(journal.ok_ids())
                 embedded_kafka.restart()
@@ -495,6 +507,9 @@ def test_broker_killed_mid_stream_loses_nothing(
                 ok = journal.ok_ids()
                 dead_now = {e.message.body.decode() for e in dlq_ids(bs, group)}
                 missing = [i for i in ids if i not in ok and i not in dead_now]
+                where = _where_records_are(
+                    bs, missing[:6], topic=topic, group=group, service_group=svc.group, ns=ns
+                )
                 raise AssertionError(
                     f"{exc} ({time.monotonic() - restarted_at:.1f}s after the restart); "
                     f"{len(missing)} missing, e.g. "
@@ -502,7 +517,9 @@ def test_broker_killed_mid_stream_loses_nothing(
                     f"assignment {sorted(consumer.assignment)}; stats {consumer.stats()}; "
                     f"committed {probe.committed(topic, [0, 1, 2])} "
                     f"ends {probe.ends(topic, [0, 1, 2])}\n{_service_state(bs, svc, group, ns)}"
-                    f"\n{_consumer_state(bs, consumer)}\n{broker_log(embedded_kafka)}"
+                    f"\n{_consumer_state(bs, consumer)}"
+                    f"\n{where}\n{_transactions(caplog)}"
+                    f"\n{broker_log(embedded_kafka)}"
                 ) from None
             ends = probe.ends(topic, [0, 1, 2])
             wait_until(
@@ -514,7 +531,7 @@ def test_broker_killed_mid_stream_loses_nothing(
     finally:
         ensure_serving(embedded_kafka)
     assert done_at_kill < len(before) - len(poison & set(before))  # killed mid-stream
-    if fault != "kill":  # the stop outlasted the session: the member lost its partitions
+    if fault.startswith("sigstop"):  # the stop outlasted the session: the member lost them
         assert any("(session expired)" in r.getMessage() for r in caplog.records)
     dead = dlq_ids(bs, group)
     dead_ids = Counter(e.message.body.decode() for e in dead)
@@ -563,7 +580,11 @@ def _service_state(bs: str, svc: Any, group: str, ns: str) -> str:
                 f"{t}: ends {sp.ends(t, [0, 1])} service committed {sp.committed(t, [0, 1])}"
             )
         rt = retry_kafka_topic(group)
-        out.append(f"{rt}: ends {gp.ends(rt, [0, 1])} committed {gp.committed(rt, [0, 1])}")
+        # the probe reads read_committed: its ends are last stable offsets (an open
+        # transaction holds them back); _consumer_state gives the high watermarks
+        out.append(
+            f"{rt}: ends (last stable) {gp.ends(rt, [0, 1])} committed {gp.committed(rt, [0, 1])}"
+        )
     return "\n".join(out)
 
 
@@ -581,6 +602,55 @@ def _consumer_state(bs: str, consumer: Any) -> str:
             uncommitted.close()
         out.append(f"{rt} read_uncommitted watermarks {hw}")
     return "\n".join(out)
+
+
+def _transactions(caplog: pytest.LogCaptureFixture) -> str:
+    """What the ScheduleService logged of its transactions (commits with their offsets,
+    failures, partitions read again) and of its refused forwards (for failure messages)."""
+    lines = [
+        f"{r.levelname} {r.getMessage()}"
+        for r in caplog.records
+        if r.name == "adapter.schedule"
+        and any(w in r.getMessage() for w in ("transaction", "read again", "refused"))
+    ]
+    return "ScheduleService transactions:\n" + "\n".join(lines[-60:])
+
+
+def _where_records_are(
+    bs: str, msg_ids: list[str], *, topic: str, group: str, service_group: str, ns: str
+) -> str:
+    """Where the records of ``msg_ids`` are (for failure messages): every copy of each in
+    the source topic, the delay-level topics, the group's retry topic and DLQ and the
+    service's DLQ, read committed and uncommitted: a copy a ``read_committed`` reader does not
+    see belongs to an aborted transaction, or to an open one or lies behind one (past the
+    last stable offset)."""
+    levels = DelayLevels.coerce(LEVELS)
+    topics = [
+        topic,
+        *(naming.to_kafka(naming.schedule_topic(lv, levels, ns)) for lv in levels.levels()),
+        retry_kafka_topic(group),
+        naming.to_kafka(naming.dlq_topic(group)),
+        naming.to_kafka(naming.dlq_topic(service_group)),
+    ]
+    wanted = {i.encode() for i in msg_ids}
+    found: dict[bytes, list[str]] = {i: [] for i in wanted}
+    conf = {"bootstrap.servers": bs}
+    for t in topics:
+        try:
+            committed = {
+                (r.partition, r.offset) for r in read_topic(conf, t, 10) if r.value in wanted
+            }
+            for r in read_topic(conf, t, 10, isolation="read_uncommitted"):
+                if r.value in wanted:
+                    seen = (
+                        "" if (r.partition, r.offset) in committed else " (read_uncommitted only)"
+                    )
+                    found[r.value].append(f"{t}[{r.partition}]@{r.offset}{seen}")
+        except Exception as exc:  # a diagnostic must not hide the failure it explains
+            found.setdefault(b"?", []).append(f"{t}: {exc!r}")
+    return "records of the missing ids: " + "; ".join(
+        f"{k.decode()}: {v or 'nowhere'}" for k, v in found.items()
+    )
 
 
 # --------------------------------------------------------------------------------------------

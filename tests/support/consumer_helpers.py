@@ -328,12 +328,19 @@ def committed_offsets(conf: dict[str, Any], group: str, kafka_topic: str) -> dic
         c.close()
 
 
-def read_topic(conf: dict[str, Any], kafka_topic: str, timeout: float = 15.0) -> list[RawRecord]:
-    """Every committed record of ``kafka_topic`` from the beginning (read_committed, to EOF)."""
+def read_topic(
+    conf: dict[str, Any],
+    kafka_topic: str,
+    timeout: float = 15.0,
+    *,
+    isolation: str = "read_committed",
+) -> list[RawRecord]:
+    """Every record of ``kafka_topic`` from the beginning to EOF: the committed ones
+    (``isolation="read_uncommitted"``: those of aborted and open transactions too)."""
     parts = partitions_of(conf, kafka_topic)
     if not parts:
         return []
-    c = _probe(conf, **{"enable.partition.eof": True, "isolation.level": "read_committed"})
+    c = _probe(conf, **{"enable.partition.eof": True, "isolation.level": isolation})
     out: list[RawRecord] = []
     try:
         c.assign([TopicPartition(kafka_topic, p, OFFSET_BEGINNING) for p in parts])

@@ -474,6 +474,7 @@ class ExactlyOnce:
         except KafkaException as exc:
             self._abort(exc)
         else:
+            log.debug("transaction %d committed: %s", self.epoch, _positions(offsets))
             self._open = False
             starts, self._starts = self._starts, {}
             self._failed, self._known = False, True
@@ -494,7 +495,12 @@ class ExactlyOnce:
 
     def _abort(self, exc: KafkaException) -> None:
         known = self._known and self._failed
-        log.warning("transaction failed (%s): aborting, reading its partitions again", exc)
+        log.warning(
+            "transaction %d failed (%s): aborting, reading its partitions again (%s)",
+            self.epoch,
+            exc,
+            _positions(self._starts.items()),
+        )
         err = exc.args[0] if exc.args else None
         aborted = isinstance(err, KafkaError) and err.txn_requires_abort() and self._try_abort()
         if not aborted:
@@ -519,6 +525,13 @@ class ExactlyOnce:
             if not engine.owns(tp):
                 continue
             offset = start if known else committed_position(self._consumer, tp, start)
+            log.info(
+                "%s[%d] is read again from %d (the aborted transaction began at %d there%s)",
+                *tp,
+                offset,
+                start,
+                "" if known else "; from the committed offset",
+            )
             rewind = engine.rewind(tp, offset, now_ms, hold_ms=0 if known else None)
             if rewind is not None:
                 rewinds.append(rewind)
@@ -577,6 +590,20 @@ class ExactlyOnce:
 
 
 _NEVER = threading.Event()
+
+
+def _positions(offsets: Any) -> str:
+    """``topic[partition]@offset, ...`` of ``TopicPartition`` s or ``((topic, partition),
+    offset)`` pairs (for logs)."""
+    out = []
+    for o in offsets:
+        if isinstance(o, TopicPartition):
+            out.append(f"{o.topic}[{o.partition}]@{o.offset}")
+        else:
+            (topic, partition), offset = o
+            out.append(f"{topic}[{partition}]@{offset}")
+    return ", ".join(out) or "nothing"
+
 
 #: The strategy of each delivery guarantee.
 DELIVERIES: dict[DeliveryGuarantee, type[AtLeastOnce] | type[ExactlyOnce]] = {
