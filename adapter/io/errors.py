@@ -441,20 +441,34 @@ class FatalErrorWatch:
 
     def __call__(self, err: Any) -> None:
         code = err.code()
-        self._last_at = self._clock()
+        now = self._clock()
         tls = tls_failure(err)
         if tls is not None:
-            self.last = tls_error(tls, self._config, err)
+            self.last, self._last_at = tls_error(tls, self._config, err), now
         elif code in _AUTH:
             self.last = AuthenticationError(
                 f"authentication/authorization failed: {err.str()}{permission_hint(code)}",
                 kafka_error=err,
             )
+            self._last_at = now
         elif err.fatal():
             self.last = KafkaClientError(f"fatal client error: {err.str()}", kafka_error=err)
-        elif code in (KafkaError._ALL_BROKERS_DOWN,) and not isinstance(self.last, TlsError):
-            # the brokers are down *because* of the TLS failure: keep saying why
-            self.last = BrokerUnavailableError(f"no broker reachable: {err.str()}", kafka_error=err)
+            self._last_at = now
+        elif code == KafkaError._ALL_BROKERS_DOWN:
+            if not isinstance(self.last, TlsError):
+                # else the brokers are down *because* of the TLS failure: keep saying why
+                self.last = BrokerUnavailableError(
+                    f"no broker reachable: {err.str()}", kafka_error=err
+                )
+            self._last_at = now
+        elif (
+            code in _UNREACHABLE
+            and isinstance(self.last, BrokerUnavailableError)
+            and self.current() is not None
+        ):
+            # an outage that still stands, reported again; any other error (a coordinator
+            # loading after the broker came back) says nothing of it and does not keep it
+            self._last_at = now
         if self.user_cb is not None:
             self.user_cb(err)
 

@@ -132,6 +132,33 @@ def test_the_watch_keeps_the_tls_cause_when_all_brokers_go_down() -> None:
     assert watch.tls() is None
 
 
+def test_an_unrelated_error_does_not_keep_an_outage_standing_after_the_broker_came_back() -> None:
+    # the broker went down and came back; the coordinator then loads for a while: the
+    # client was said dead ("no broker reachable") for as long as those errors came
+    clock = _Clock()
+    watch = FatalErrorWatch(clock=clock, config=PLAIN)
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert isinstance(watch.current(), BrokerUnavailableError)
+    for _ in range(3):
+        clock.now += 6
+        watch(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "coordinator loading"))
+    assert watch.current() is None
+
+
+def test_connection_errors_keep_an_outage_standing_while_it_lasts() -> None:
+    clock = _Clock()
+    watch = FatalErrorWatch(clock=clock, config=PLAIN)
+    watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    for _ in range(3):
+        clock.now += 6
+        watch(KafkaError(KafkaError._TRANSPORT, "Connect to 127.0.0.1:9093 failed"))
+    assert isinstance(watch.current(), BrokerUnavailableError)
+    clock.now += 11  # and not one more: it no longer stands
+    assert watch.current() is None
+    watch(KafkaError(KafkaError._TRANSPORT, "an idle connection closed"))
+    assert watch.current() is None  # a later lone error does not bring it back
+
+
 #: librdkafka 2.x's lines (``logger``) for a plaintext client at a TLS listener (nothing
 #: but "1/1 brokers are down" reaches the ``error_cb``), for a stopped broker, and an older
 #: librdkafka's words for the first
