@@ -364,6 +364,21 @@ def _clock(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
 
 
+def axis_bounds(values: Sequence[float]) -> tuple[float, float]:
+    """The y axis of a plot: from 0 (or a nice negative bottom) to a nice top above the
+    largest value (0 to 1 for nothing)."""
+    lowest, highest = min([0.0, *values]), max([0.0, *values])
+    low = -nice_max(-lowest) if lowest < 0 else 0.0
+    high = nice_max(highest) if highest > 0 or low == 0 else 0.0
+    return low, high
+
+
+def fit(text: str, width: float, char_px: float) -> str:
+    """``text`` cut to ``width`` pixels (at ``char_px`` a character), ending in an ellipsis."""
+    room = max(int(width / char_px), 1)
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "\u2026"
+
+
 def _text(x: float, y: float, text: str, cls: str, anchor: str = "start") -> str:
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}" text-anchor="{anchor}">{escape(text)}</text>'
@@ -385,7 +400,7 @@ def _open(panel: Panel, top: float, cls: str, series: int = 0) -> tuple[list[str
     ]
     if cls != "row":
         parts.append(f'<rect class="frame" x="0" y="0" width="{w:.1f}" height="{h:.1f}" rx="3"/>')
-        parts.append(_text(8, 16, panel.title, "title"))
+        parts.append(_text(8, 16, fit(panel.title, w - 12, 7.2), "title"))
     return parts, w, h
 
 
@@ -440,10 +455,7 @@ def _timeseries(
     lower = 22.0 + 13.0 * max(legend_rows, 1)
     pw, ph = max(w - left - right, 10.0), max(h - upper - lower, 10.0)
     values = [v for _n, s in lines for _t, v in s.points if math.isfinite(v)]
-    low = min([0.0, *values])
-    high = nice_max(max([0.0, *values]) - low) + low if values else 1.0
-    if low < 0:
-        low = -nice_max(-low)
+    low, high = axis_bounds(values)
     span_t = max(settings.end - settings.start, 1e-9)
     span_v = max(high - low, 1e-12)
 
@@ -488,7 +500,7 @@ def _timeseries(
         colour = PALETTE[i % len(PALETTE)]
         y = ly + 13 * i
         parts.append(f'<rect x="{left}" y="{y - 8:.1f}" width="10" height="3" fill="{colour}"/>')
-        parts.append(_text(left + 14, y, label, "legend"))
+        parts.append(_text(left + 14, y, fit(label, w - left - 18, 5.6), "legend"))
     parts.append("</g></g>")
     return "".join(parts)
 

@@ -36,7 +36,7 @@ DASHBOARD = ROOT / "docker" / "grafana" / "rmq-kafka-dashboard.json"
 DOCS_PICTURE = ROOT / "docs" / "images" / "dashboard.svg"
 PROMETHEUS = os.environ.get("RMQ_PROMETHEUS", shutil.which("prometheus") or "/usr/bin/prometheus")
 LEVELS = "1s 2s 3s"
-TRAFFIC_S = 40.0
+TRAFFIC_S = 45.0
 SVG = "{http://www.w3.org/2000/svg}"
 #: the panels the traffic must fill: consumed, failed, send-backs, dead letters, forwarded
 MUST_HAVE_DATA = (
@@ -157,9 +157,9 @@ def _render(prometheus: Prometheus, out: Path, *extra: str) -> subprocess.Comple
             "--prometheus",
             prometheus.url,
             "--range",
-            "2m",
+            "1m",
             "--step",
-            "2s",
+            "1s",
             "--scrape-interval",
             "1s",
             "--strict",
@@ -180,10 +180,10 @@ def stack(
     kafka_bootstrap_servers: str, kafka_group_id: str, tmp_path: Path
 ) -> Iterator[tuple[Prometheus, Traffic]]:
     conf = {"bootstrap.servers": kafka_bootstrap_servers}
-    ns = "dash" + kafka_group_id[-8:]
-    topic = "orders-" + kafka_group_id[-8:]
+    run = kafka_group_id[-6:]  # unique per run, short for the picture's legends
+    ns, group, topic = "dash" + run, "orders-service-" + run, "orders-" + run
     consumer = PushConsumer(
-        {**conf, "group.id": kafka_group_id, "auto.offset.reset": "earliest"},
+        {**conf, "group.id": group, "auto.offset.reset": "earliest"},
         delay_levels=LEVELS,
         namespace=ns,
         max_reconsume_times=2,
@@ -192,7 +192,7 @@ def stack(
     consumer.subscribe(topic)
     consumer.register_message_listener(Traffic.listener)
     service = ScheduleService(
-        conf, delay_levels=LEVELS, namespace=ns, metrics_port=0, lag_groups=[kafka_group_id]
+        conf, delay_levels=LEVELS, namespace=ns, metrics_port=0, lag_groups=[group]
     )
     producer = Producer(conf, metrics_port=0)
     with producer, service, consumer:

@@ -21,7 +21,9 @@ from adapter.ops.dashboard import (
     Series,
     Settings,
     UnknownMetricError,
+    axis_bounds,
     check_variable,
+    fit,
     format_value,
     legend,
     load_dashboard,
@@ -303,3 +305,13 @@ def test_a_renamed_metric_fails_the_strict_check_naming_panel_and_metric() -> No
         check_metrics(_Known(every), changed)
     assert info.value.panel == "Forwarded / s (ScheduleService)"
     assert info.value.metrics == ("rmq_schedule_fwd_total",)
+
+
+def test_axis_bounds_and_fitting() -> None:
+    assert axis_bounds([]) == (0.0, 1.0)
+    assert axis_bounds([0.0, 0.0]) == (0.0, 1.0)
+    assert axis_bounds([0.2, 0.43]) == (0.0, 0.5)
+    assert axis_bounds([-1.5, 0.4]) == (-2.0, 0.5)
+    assert axis_bounds([-3.0, -1.0]) == (-5.0, 0.0)
+    assert fit("Forwarded / s (ScheduleService)", 100, 10) == "Forwarded\u2026"
+    assert fit("short", 100, 10) == "short"
