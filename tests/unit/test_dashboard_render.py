@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from adapter.ops.dashboard import (
     substitute,
     variables,
 )
-from adapter.ops.prometheus import PrometheusApi, check_metrics
+from adapter.ops.prometheus import PrometheusApi, PrometheusUnreachableError, check_metrics
 
 pytestmark = pytest.mark.unit
 
@@ -315,3 +316,14 @@ def test_axis_bounds_and_fitting() -> None:
     assert axis_bounds([-3.0, -1.0]) == (-5.0, 0.0)
     assert fit("Forwarded / s (ScheduleService)", 100, 10) == "Forwarded\u2026"
     assert fit("short", 100, 10) == "short"
+
+
+def test_a_prometheus_that_does_not_answer_is_one_error_after_the_retries() -> None:
+    with socket.socket() as closed:  # bound, not listening: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        api = PrometheusApi(url, timeout_s=2, attempts=2)
+        with pytest.raises(PrometheusUnreachableError) as info:
+            api.instant("up", END)
+    assert url in str(info.value) and "2 attempt(s)" in str(info.value)
+    assert isinstance(info.value, AdapterError)
