@@ -100,7 +100,11 @@ class Prometheus:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        _wait_ready(self.url, len(targets))
+        try:
+            _wait_ready(self.url, len(targets))
+        except BaseException:
+            self.stop()  # no process left behind
+            raise
 
     def stop(self) -> None:
         self.process.terminate()
