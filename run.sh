@@ -6,7 +6,7 @@
 #   ./run.sh test-kip848   the rebalancing scenarios again, under the consumer group protocol
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
-#   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium)
+#   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium), the dashboard from a real Prometheus
 #   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service
 #   ./run.sh test-tls      the opt-in TLS tier: every component over SSL and SASL_SSL, TLS errors, ACL sets
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
@@ -114,7 +114,12 @@ case "$cmd" in
       if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium
       else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi
     fi
-    echo "==> the console tier: the retry console in a real browser, and its DLQ view with 100 000 dead letters"
+    if [ ! -x "${RMQ_PROMETHEUS:-/usr/bin/prometheus}" ]; then
+      echo "==> installing Debian's prometheus (the dashboard picture is drawn from what it scrapes)"
+      if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq prometheus
+      else sudo apt-get update -qq && sudo apt-get install -y -qq prometheus; fi
+    fi
+    echo "==> the console tier: the retry console in a real browser, its DLQ view with 100 000 dead letters, the dashboard drawn from a real Prometheus"
     RMQ_CONSOLE_TIER=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -n0 -s tests/console "$@"
     ;;
   test-docker)

@@ -25,6 +25,7 @@ from adapter.cli import (
     bench,
     broker,
     console,
+    dashboard,
     demo,
     dlq,
     group,
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_status_parser(sub)
     console.add_parser(sub)
     acl.add_parser(sub)
+    dashboard.add_parser(sub)
     demo.add_parser(sub)
     analytics.add_parser(sub)
     bench.add_parser(sub)

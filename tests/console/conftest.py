@@ -1,6 +1,7 @@
 """The console's browser tier: Playwright drives a real Chromium (Debian's ``chromium``
-package, or ``RMQ_CONSOLE_CHROMIUM``) through the console on the embedded broker, and the
-DLQ view is timed with 100 000 dead letters.
+package, or ``RMQ_CONSOLE_CHROMIUM``) through the console on the embedded broker, the
+DLQ view is timed with 100 000 dead letters, and ``rmq-kafka dashboard render`` draws the
+Grafana dashboard from a real Prometheus (Debian's ``prometheus``, or ``RMQ_PROMETHEUS``).
 
 Opt-in (``./run.sh test-console``, or ``RMQ_CONSOLE_TIER=1``): the default suite collects
 the tests and skips them.
