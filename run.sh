@@ -68,7 +68,7 @@ case "$cmd" in
     mypy_log=$(mktemp)
     "$VENV/bin/mypy" adapter >"$mypy_log" 2>&1 &
     mypy_pid=$!
-    workers=${RMQ_TEST_WORKERS:-4}
+    workers=${RMQ_TEST_WORKERS:-6}
     echo "==> pytest (unit + integration, $workers workers; RMQ_TEST_WORKERS=0 runs in one process) and mypy"
     rc=0
     # the slowest tests are listed at the end: where the suite's ten minutes go
@@ -88,7 +88,7 @@ case "$cmd" in
     export RMQ_KAFKA_JVM_OPTS="${RMQ_KAFKA_JVM_OPTS--XX:TieredStopAtLevel=1}"
     echo "==> every rebalancing scenario under group.protocol=consumer (KIP-848); ./run.sh test runs them under classic"
     RMQ_GROUP_PROTOCOL=consumer exec "$VENV/bin/python" -m pytest -p no:cacheprovider \
-      -n "${RMQ_TEST_WORKERS:-4}" --dist loadgroup -m group_protocol "$@"
+      -n "${RMQ_TEST_WORKERS:-6}" --dist loadgroup -m group_protocol "$@"
     ;;
   test-cluster)
     setup
