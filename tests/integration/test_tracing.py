@@ -49,29 +49,12 @@ from tests.support.consumer_helpers import (
     wait_until,
 )
 from tests.support.simple_backends import BACKENDS, simple_consumer
+from tests.support.span_capture import finished
 from tests.support.trace_timeline import render
 
 pytestmark = pytest.mark.integration
 
 TRACEPARENT = "traceparent"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The adapter instrumented with a real SDK tracer provider exporting to memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.instrument(tracer_provider=provider)
-    try:
-        yield exporter
-    finally:
-        telemetry.uninstrument()
-        provider.shutdown()
-
-
-def finished(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
-    return sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
 
 
 def hop(span: ReadableSpan) -> str:

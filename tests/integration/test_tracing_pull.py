@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,25 +21,9 @@ from adapter.errors import ConfigError
 from adapter.kafka import Consumer as DropInConsumer
 from tests.support.consumer_helpers import new_group, wait_until
 from tests.support.simple_backends import BACKENDS, FAST, LOCK_S
+from tests.support.span_capture import finished
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.instrument(tracer_provider=provider)
-    try:
-        yield exporter
-    finally:
-        telemetry.uninstrument()
-        provider.shutdown()
-
-
-def finished(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
-    return sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
 
 
 def op(span: ReadableSpan) -> str:
