@@ -125,10 +125,19 @@ def spark_tls_error(text: str, config: Mapping[str, Any], what: str) -> SparkTls
         protocol = config.get("security.protocol", "PLAINTEXT")
         cause = f"check {ca_text}, security.protocol={protocol} and bootstrap.servers"
     # the most telling line: Java's own handshake exception before the Kafka client's
-    detail = next(
-        (ln for mark in _TLS_MARKERS for ln in lines if mark in ln and not ln.startswith("at ")),
-        lines[0] if lines else "",
-    ).removeprefix("Caused by: ").lstrip(": ")
+    detail = (
+        next(
+            (
+                ln
+                for mark in _TLS_MARKERS
+                for ln in lines
+                if mark in ln and not ln.startswith("at ")
+            ),
+            lines[0] if lines else "",
+        )
+        .removeprefix("Caused by: ")
+        .lstrip(": ")
+    )
     return SparkTlsError(
         f"TLS handshake with {config.get('bootstrap.servers')} failed in Spark's Kafka source "
         f"({what}): {cause}; Spark gets it as kafka.ssl.truststore.location "

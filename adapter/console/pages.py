@@ -65,6 +65,11 @@ def groups_page(data: dict[str, Any]) -> str:
         else f"ScheduleService {h(sched['group'])} ({h(sched['state'])}): "
         f"{h(sched['waiting'])} waiting, lateness "
         f'<span data-field="lateness_ms">{h(sched["lateness_ms"])}</span> ms'
+        + (
+            ""
+            if sched.get("service_seen", True)
+            else ' <b class="warn">no ScheduleService has run: retries wait until one starts</b>'
+        )
     )
     body = f"""<h1>Groups</h1>
 <p class="schedule">{sched_text}</p>

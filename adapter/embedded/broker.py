@@ -287,9 +287,7 @@ class EmbeddedKafka(ClusterMetadata):
             )
         return str(listeners[protocol])
 
-    def client_config(
-        self, protocol: str | None = None, user: str | None = None
-    ) -> dict[str, str]:
+    def client_config(self, protocol: str | None = None, user: str | None = None) -> dict[str, str]:
         """``bootstrap.servers`` and the security settings of a client of the listener for
         ``protocol`` (default: the node's own): the SCRAM login of ``user`` (default the
         first user) for the SASL ones, ``ssl.ca.location`` for the TLS ones and, on a
@@ -610,8 +608,10 @@ class EmbeddedKafka(ClusterMetadata):
         if not self.tls:
             return {}
         old = config_tls_ports(config, self.brokers)
-        if keep and len(old) == self.brokers and not any(
-            port_open(p) for pair in old.values() for p in pair
+        if (
+            keep
+            and len(old) == self.brokers
+            and not any(port_open(p) for pair in old.values() for p in pair)
         ):
             return old
         used = {p for pair in avoid.values() for p in pair}

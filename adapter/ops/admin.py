@@ -326,9 +326,9 @@ def schedule_status(
     timeout_s: float = 30.0,
 ) -> ScheduleStatus:
     """Per delay-level topic (of ``namespace``): entries waiting (end - the ScheduleService
-    group's committed offset), the oldest due time (``RMQ_DUE_MS`` of the next entry) and how
-    late it is; per partition its replication health (a leaderless partition's entries are
-    unknown, not waited for)."""
+    group's committed offset; every entry when no service has run yet), the oldest due time
+    (``RMQ_DUE_MS`` of the next entry) and how late it is; per partition its replication
+    health (a leaderless partition's entries are unknown, not waited for)."""
     if namespace is not None:
         naming.schedule_topic(1, DelayLevels.DEFAULT, namespace)  # refuses a bad namespace
     if group is None:
@@ -355,7 +355,9 @@ def schedule_status(
             f"no delay-level topics ({KAFKA_SCHEDULE_PREFIX}*) for {where}: run "
             "'rmq-kafka topics ensure' or start a ScheduleService",
         )
-    info, committed = _group_state(session, group)
+    # a group no service has run in is not an error here: its entries are what waits for one
+    info = session.describe_group(group)
+    committed = session.committed(group)
     health = {(t, p): h for t in levels for p, h in topics_health[t].items()}
     tps = [(t, p) for t in levels for p in all_topics[t]]
     ends = _ends(session, tps, health, what)

@@ -910,14 +910,21 @@ def test_schedule_status_per_delay_level(bootstrap: str) -> None:
     )
     l2 = naming.to_kafka(naming.schedule_topic(2, levels, ns))
     service = f"rmq-schedule-service.{ns}"
-    out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap)
-    assert_one_line_error(out, f"group {service!r} has no committed offsets and no members")
-
     now = now_ms()
     dues = [now - 9_000, now - 4_000, now + 60_000]
     produce(
         bootstrap, [(l2, 0, {"REAL_TOPIC": "orders", "RMQ_DUE_MS": str(d)}, None) for d in dues]
     )
+    # no service has run yet: every entry waits, and the status says why
+    out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == (
+        f"no ScheduleService has run in group {service}: these entries wait until one starts "
+        "(rmq-kafka schedule-service run)"
+    )
+    assert "total waiting 3" in out.stdout
+    out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap, "--json")
+    assert json.loads(out.stdout)["service_seen"] is False
     commit(bootstrap, service, {(l2, 0): 1})
     out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap, "--json")
     assert out.returncode == 0, out.stderr

@@ -270,9 +270,7 @@ def test_the_console_without_read_on_the_group_is_told(
 ) -> None:
     group = f"g-{uid()}"
     specs = role_acls("console", group=group)
-    _apply_less(
-        broker, "console-less", specs, lambda s: s.resource == "GROUP" and s.name == group
-    )
+    _apply_less(broker, "console-less", specs, lambda s: s.resource == "GROUP" and s.name == group)
     props = properties(tmp_path / "less.properties", _as(broker, "console-less"))
     out = cli(props, "group", "progress", "--group", group)
     assert out.returncode == 2, out

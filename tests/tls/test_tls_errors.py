@@ -47,9 +47,7 @@ def _push(conf: dict[str, Any], orderly: bool = False) -> None:
     consumer = PushConsumer({**conf, "group.id": f"g-{uid()}"}, partitions=1)
     consumer.subscribe(f"t-{uid()}")
     if orderly:
-        consumer.register_message_listener_orderly(
-            lambda msgs, ctx: ConsumeOrderlyStatus.SUCCESS
-        )
+        consumer.register_message_listener_orderly(lambda msgs, ctx: ConsumeOrderlyStatus.SUCCESS)
     else:
         consumer.register_message_listener(
             lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS

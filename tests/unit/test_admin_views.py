@@ -284,3 +284,27 @@ def test_schedule_status_waiting_oldest_due_and_lag() -> None:
     assert data["levels"][1]["lag_ms"] == 1500
     assert data["levels"][1]["oldest_due"] == "2026-11-23T15:42:48.500Z"
     assert data["levels"][1]["partitions"][1]["waiting"] == 3
+    assert data["service_seen"] is True and not any("no ScheduleService" in t for t in text)
+
+
+def test_schedule_status_before_any_service_ran_shows_what_waits_and_says_why() -> None:
+    """No member and no committed offset: the entries wait for a service that never ran; the
+    status shows them all, from each partition's start, and says so (it is not an error)."""
+    level2 = LevelStatus(
+        2,
+        "5s",
+        "SCHEDULE_TOPIC_XXXX/L02-5s",
+        "rmq.schedule.L02-5s",
+        (LevelPartition(0, None, 0, 3, head=0, head_due_ms=NOW - 4000),),
+    )
+    status = ScheduleStatus(None, GroupInfo("svc", "DEAD", ()), (level2,), NOW)
+    assert status.waiting == 3 and not status.service_seen
+    text = status.render()
+    assert text[-1] == (
+        "no ScheduleService has run in group svc: these entries wait until one starts "
+        "(rmq-kafka schedule-service run)"
+    )
+    assert status.to_json()["service_seen"] is False
+    member = Member("m-1", "svc-1", "/127.0.0.1", None, ())
+    live = ScheduleStatus(None, GroupInfo("svc", "STABLE", (member,)), (level2,), NOW)
+    assert live.service_seen and "no ScheduleService" not in live.render()[-1]

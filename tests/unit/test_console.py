@@ -277,6 +277,14 @@ def test_pages_escape_what_they_show() -> None:
     assert "%3Cscript%3E" in html  # the link's path is URL-quoted
 
 
+def test_the_groups_page_says_when_no_schedule_service_has_run() -> None:
+    sched = {"group": "rmq-schedule-service", "state": "DEAD", "waiting": 4, "lateness_ms": 900}
+    idle = pages.groups_page({"groups": [], "schedule": {**sched, "service_seen": False}})
+    assert "no ScheduleService has run: retries wait until one starts" in idle
+    seen = pages.groups_page({"groups": [], "schedule": {**sched, "service_seen": True}})
+    assert "4 waiting" in seen and "no ScheduleService has run" not in seen
+
+
 def test_ladder_svg_has_a_bar_per_level() -> None:
     svg = pages.ladder_svg(
         [

@@ -111,12 +111,21 @@ class ScheduleStatus:
     def waiting(self) -> int:
         return sum(level.waiting for level in self.levels)
 
+    @property
+    def service_seen(self) -> bool:
+        """Whether a ScheduleService has run in the group: a member now, or an offset it
+        committed on a delay-level topic.  Before that every entry waits for one to start."""
+        return bool(self.info.members) or any(
+            p.committed is not None for level in self.levels for p in level.partitions
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "namespace": self.namespace,
             "group": self.info.group,
             "state": self.info.state,
             "members": [m.to_json() for m in self.info.members],
+            "service_seen": self.service_seen,
             "now_ms": self.now_ms,
             "levels": [level.to_json(self.now_ms) for level in self.levels],
             "waiting": self.waiting,
@@ -144,6 +153,11 @@ class ScheduleStatus:
         known = all(level.waiting_known for level in self.levels)
         lines.append(f"total waiting {self.waiting}{'' if known else ' (+ unknown: leaderless)'}")
         lines.extend(health_notes(self.unhealthy()))
+        if not self.service_seen:
+            lines.append(
+                f"no ScheduleService has run in group {info.group}: these entries wait until "
+                "one starts (rmq-kafka schedule-service run)"
+            )
         return lines
 
     def unhealthy(self) -> list[tuple[str, PartitionHealth]]:
