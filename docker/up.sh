@@ -13,7 +13,8 @@
 # Settings (environment): COMPOSE_PROJECT_NAME (rmq-kafka), RMQ_STACK_KAFKA_PORT (29092;
 # with 3 brokers also RMQ_STACK_KAFKA_PORT_2 and _3, default the next two ports),
 # RMQ_STACK_PROMETHEUS_PORT (9090), RMQ_STACK_SCHEDULE_METRICS_PORT (9400),
-# RMQ_STACK_CONSUMER_METRICS_PORT (9401), RMQ_STACK_DATA (docker/data), RMQ_STACK_TAG
+# RMQ_STACK_CONSUMER_METRICS_PORT (9401), RMQ_STACK_CONSOLE_PORT (8088), RMQ_STACK_CONSOLE_TOKEN
+# (the console's token; else one generated, in `logs console`), RMQ_STACK_DATA (docker/data), RMQ_STACK_TAG
 # (latest), and the rest of compose.yaml's variables.  docker/down.sh stops the stack.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -100,6 +101,8 @@ compose_hint="$COMPOSE_CMD ${COMPOSE_FILE_ARGS[*]} -p $COMPOSE_PROJECT_NAME"
 exec_hint="$compose_hint exec example-consumer"
 down_hint=$HERE/down.sh
 [ "$COMPOSE_PROJECT_NAME" = rmq-kafka ] || down_hint="COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME $down_hint"
+console_token_hint="in $compose_hint logs console"
+[ -z "${RMQ_STACK_CONSOLE_TOKEN:-}" ] || console_token_hint='$RMQ_STACK_CONSOLE_TOKEN'
 host_bootstrap=127.0.0.1:$RMQ_STACK_KAFKA_PORT inner_bootstrap=broker:9092
 if [ "$RMQ_STACK_BROKERS" = 3 ]; then
   host_bootstrap=$host_bootstrap,127.0.0.1:$RMQ_STACK_KAFKA_PORT_2,127.0.0.1:$RMQ_STACK_KAFKA_PORT_3
@@ -112,6 +115,7 @@ rmq-kafka stack is up (project $COMPOSE_PROJECT_NAME, $RMQ_STACK_BROKERS broker(
   Prometheus                http://127.0.0.1:$RMQ_STACK_PROMETHEUS_PORT   (targets: /targets)
   ScheduleService metrics   http://127.0.0.1:$RMQ_STACK_SCHEDULE_METRICS_PORT/metrics$metrics_note
   Example consumer metrics  http://127.0.0.1:$RMQ_STACK_CONSUMER_METRICS_PORT/metrics
+  Retry console             http://127.0.0.1:$RMQ_STACK_CONSOLE_PORT   (token: $console_token_hint)
   Spark output (Parquet)    $RMQ_STACK_DATA/consume-metrics   (windows of ${RMQ_STREAM_WINDOW:-10 seconds}, final once the watermark passes)
   Grafana dashboard         $HERE/grafana/rmq-kafka-dashboard.json (import it; data source: the Prometheus above)
   Send messages             $exec_hint python /opt/example_app/app.py produce --ok 10 --fail 2

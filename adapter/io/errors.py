@@ -105,7 +105,14 @@ def is_unknown_topic(err: Any) -> bool:
 
 
 def error_text(err: Any) -> str:
-    return str(err.str()) if isinstance(err, KafkaError) else str(err)
+    """What a produce error says; for a topic authorization refusal, the permission a
+    producer lacks (``WRITE``) too."""
+    if not isinstance(err, KafkaError):
+        return str(err)
+    text = str(err.str())
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        text += permission_hint(err.code(), None, "WRITE")
+    return text
 
 
 def is_too_large(err: Any) -> bool:

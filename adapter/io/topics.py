@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +20,21 @@ from confluent_kafka.cimpl import NewTopic
 
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.errors import BrokerUnavailableError, ConfigError, KafkaClientError, TlsError
+from adapter.errors import (
+    AuthenticationError,
+    BrokerUnavailableError,
+    ConfigError,
+    KafkaClientError,
+    TlsError,
+)
 from adapter.io.config import admin_config, check_kafka_config
-from adapter.io.errors import FatalErrorWatch, client_error, make_client, wait_metadata
+from adapter.io.errors import (
+    FatalErrorWatch,
+    client_error,
+    make_client,
+    permission_hint,
+    wait_metadata,
+)
 from adapter.naming import DEFAULT_REGISTRY
 
 log = logging.getLogger("adapter.topics")
@@ -343,7 +355,7 @@ def ensure_with(
             f" and {len(created) - 3} more" if len(created) > 3 else ""
         )
         log.info("created %d topic(s): %s", len(created), shown)
-    md = _wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
+    md = wait_visible(admin, [p.kafka_topic for p in plans], timeout_s)
     warn_unreplicated(md, [p.kafka_topic for p in plans if not result[p.logical]])
     existing = [p for p in plans if not result[p.logical] and MAX_MESSAGE_BYTES in p.config]
     if existing:
@@ -403,11 +415,26 @@ def _raise_size_limits(admin: Any, plans: list[TopicPlan], timeout_s: float) -> 
         )
 
 
-def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> Any:
+_TOPIC_AUTHZ = KafkaError.TOPIC_AUTHORIZATION_FAILED
+#: How long metadata may refuse a topic to this principal before that is its answer: ACLs
+#: created a moment ago may not have reached every broker yet.
+AUTHORIZATION_GRACE_S = 2.0
+
+
+def wait_visible(
+    admin: Any,
+    kafka_topics: list[str],
+    timeout_s: float,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Any:
     """Poll metadata until every topic has its partitions and leaders (no fixed sleeps);
-    return the last metadata."""
+    return the last metadata.  A topic whose metadata is refused to this principal (it may
+    create it but not describe it) fails after :data:`AUTHORIZATION_GRACE_S`, naming the
+    topic and the permission."""
     missing = set(kafka_topics)
-    deadline = time.monotonic() + timeout_s
+    started = monotonic()
+    deadline = started + timeout_s
     md = None
     while missing or md is None:
         md = admin.list_topics(timeout=timeout_s)
@@ -420,7 +447,20 @@ def _wait_visible(admin: Any, kafka_topics: list[str], timeout_s: float) -> Any:
                 and all(p.leader >= 0 for p in tmd.partitions.values())
             ):
                 missing.discard(name)
-        if missing and time.monotonic() > deadline:
+        now = monotonic()
+        if missing and now - started >= AUTHORIZATION_GRACE_S:
+            # a listing of every topic leaves out those the principal may not describe:
+            # asked by name, the broker says why
+            name = min(missing)
+            one = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+            if one is not None and one.error is not None and one.error.code() == _TOPIC_AUTHZ:
+                raise AuthenticationError(
+                    f"topic {name!r} was created but its metadata is refused to this principal"
+                    + permission_hint(
+                        _TOPIC_AUTHZ, name, "DESCRIBE (READ or WRITE on it implies DESCRIBE)"
+                    )
+                )
+        if missing and now > deadline:
             raise KafkaClientError(f"topics not visible after {timeout_s}s: {sorted(missing)}")
         if missing:
             admin.poll(0.05)

@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,15 @@ def tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+def http_json(url: str, token: str | None = None, body: Any = None) -> Any:
+    """GET ``url`` (POST with ``body`` as JSON), with ``token`` as a bearer token."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())
 
 
@@ -128,6 +136,8 @@ class Stack:
     schedule_metrics_port: int
     consumer_metrics_port: int
     data: Path
+    console_port: int = 0
+    console_token: str = ""
 
     @property
     def kafka_port(self) -> int:
@@ -147,6 +157,11 @@ class Stack:
     @property
     def prometheus(self) -> str:
         return f"http://127.0.0.1:{self.prometheus_port}"
+
+    @property
+    def console(self) -> str:
+        """The retry console's address on the host (its token: :attr:`console_token`)."""
+        return f"http://127.0.0.1:{self.console_port}"
 
     def compose_args(self) -> list[str]:
         args = list(self.compose_cmd)
@@ -210,7 +225,8 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, brokers: int = 1) -> I
     if build.returncode != 0:
         pytest.fail(f"docker/build.sh failed:\n{tail(build.stdout + build.stderr)}")
     kafka_ports = [free_port() for _ in range(brokers)]
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(4)]
+    console_token = uuid.uuid4().hex
     data = tmp_path_factory.mktemp("stack-data")
     project = f"rmq-kafka-test-{os.getpid()}" + ("" if brokers == 1 else f"-b{brokers}")
     env = {
@@ -222,6 +238,8 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, brokers: int = 1) -> I
         "RMQ_STACK_PROMETHEUS_PORT": str(ports[0]),
         "RMQ_STACK_SCHEDULE_METRICS_PORT": str(ports[1]),
         "RMQ_STACK_CONSUMER_METRICS_PORT": str(ports[2]),
+        "RMQ_STACK_CONSOLE_PORT": str(ports[3]),
+        "RMQ_STACK_CONSOLE_TOKEN": console_token,
         "RMQ_STACK_DATA": str(data),
     }
     for i, port in enumerate(kafka_ports[1:], start=2):
@@ -235,6 +253,8 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory, brokers: int = 1) -> I
         schedule_metrics_port=ports[1],
         consumer_metrics_port=ports[2],
         data=data,
+        console_port=ports[3],
+        console_token=console_token,
     )
     try:
         started = time.monotonic()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,6 +161,42 @@ def test_share_group_simple_consumer(stack: Stack, traffic: Traffic) -> None:
     for body in traffic.ok:
         got = by_body.get(body, [])
         assert [(d["delivery_attempt"], d["result"]) for d in got] == [(1, "ok")], f"{body}: {got}"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1800)
+def test_the_console_shows_the_example_group_and_dry_runs_a_redrive(
+    stack: Stack, traffic: Traffic
+) -> None:
+    """The stack's retry console (``console`` service, on the host at its own port): no
+    token, no answer; with it, the example group and its dead letters as the CLI listed
+    them, and a dry-run redrive that would send each of them back and sends nothing."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        http_json(f"{stack.console}/api/groups")
+    assert refused.value.code == 401
+
+    token = stack.console_token
+
+    def example_row() -> dict[str, Any] | None:
+        rows = http_json(f"{stack.console}/api/groups", token)["groups"]
+        row = next((r for r in rows if r["group"] == GROUP), None)
+        return row if row is not None and (row["dlq"] or {}).get("size", 0) >= N_FAIL else None
+
+    row = wait_for("the console's row of group example", example_row, timeout=120)
+    assert row["state"] == "STABLE" and row["members"], row
+
+    page = http_json(f"{stack.console}/api/groups/{GROUP}/dlq?limit=500", token)
+    mine = [e for e in page["entries"] if traffic.run_id in e["body"]]
+    assert sorted(e["body"] for e in mine) == sorted(traffic.fail), page
+    ids = sorted(e["msg_id"] for e in mine)
+    assert ids == sorted(e["msg_id"] for e in traffic.dead_letters)
+
+    url = f"{stack.console}/api/groups/{GROUP}/dlq/redrive"
+    dry = http_json(url, token, {"ids": ids, "dry_run": True})
+    assert (dry["dry_run"], dry["sent"], dry["would_send"]) == (True, 0, N_FAIL), dry
+    assert sorted(p["msg_id"] for p in dry["plan"]) == ids, dry
+    records = http_json(f"{stack.console}/api/audit?group={GROUP}", token)["records"]
+    assert records and records[0]["options"]["dry_run"] is True, records
 
 
 def _final_rows(data: Path) -> list[dict[str, Any]]:

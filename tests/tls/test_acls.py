@@ -451,3 +451,94 @@ def test_a_share_consumer_without_alter_configs_on_its_group_is_told(
     finally:
         sc.shutdown()
     assert f"missing permission: ALTER_CONFIGS on GROUP {group!r}" in str(error), error
+
+
+def _less_write_on_the_delay_levels(
+    broker: EmbeddedKafka, group: str, topic: str, ns: str
+) -> AclSpec:
+    specs = role_acls("consumer", group=group, topics=[topic], namespace=ns)
+    removed = _apply_less(broker, "consumer-less", specs,
+                          lambda s: s.operation == "WRITE" and s.pattern == "PREFIXED")  # fmt: skip
+    assert removed.name == f"rmq.schedule.{ns}."
+    return removed
+
+
+def test_a_dropin_without_write_on_the_delay_levels_is_told_at_start(
+    broker: EmbeddedKafka,
+) -> None:
+    """The consumer role less ``WRITE`` on the delay-level topics: it may create them but
+    not see them (``WRITE`` implied ``DESCRIBE``); the drop-in's construction says so within
+    seconds, naming the topic and the permission (it waited 30 s for them to show)."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-less")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    _less_write_on_the_delay_levels(broker, group, topic, ns)
+    conf = _as(broker, "consumer-less", **{"group.id": group})
+    consumer = DropInConsumer(conf, delay_levels=LEVELS, namespace=ns, partitions=1)
+    try:
+        error = _within(15, lambda: consumer.subscribe([topic]))  # it creates its topics here
+    finally:
+        consumer.close()
+    assert "missing permission: DESCRIBE" in str(error) and f"rmq.schedule.{ns}." in str(error)
+
+
+def test_a_dropin_without_write_on_the_delay_levels_holds_its_retry_until_it_may(
+    broker: EmbeddedKafka, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consumer role less ``WRITE`` on the delay-level topics, with ``DESCRIBE`` on
+    them: the drop-in's ``reconsume_later`` copy is refused, the log names the missing
+    permission, and the message's offset is not committed past it (a commit of the next
+    message stays behind it); once the ACL is back the copy goes, the ScheduleService
+    forwards it and the message comes back with ``reconsume_times`` 1. Nothing is lost."""
+    admin = _as(broker, "admin")
+    topic = new_topic(admin, "acl-less")
+    group, ns = f"g-{uid()}", f"ns{uid()}"
+    removed = _less_write_on_the_delay_levels(broker, group, topic, ns)
+    describe = AclSpec("TOPIC", removed.name, "PREFIXED", "DESCRIBE", "see the delay levels")
+    apply_acls(AdminSession(admin), [describe], "User:consumer-less")
+    _apply(broker, tmp_path, "service", "--role", "schedule-service", "--namespace", ns)
+    send(admin, topic, ["flaky", "after"])
+    got: list[tuple[str, int]] = []
+    caplog.set_level("WARNING")
+    with (
+        ScheduleService(_as(broker, "service"), delay_levels=LEVELS, namespace=ns, partitions=1),
+        DropInConsumer(
+            _as(broker, "consumer-less", **{"group.id": group, "auto.offset.reset": "earliest"}),
+            delay_levels=LEVELS,
+            namespace=ns,
+            partitions=1,
+        ) as c,
+    ):
+        c.subscribe([topic])
+
+        def step() -> None:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                body, times = msg.value().decode(), c.reconsume_times(msg)
+                got.append((body, times))
+                if body == "flaky" and times == 0:
+                    c.reconsume_later(msg)
+                c.commit(message=msg, asynchronous=False)
+
+        def told() -> bool:
+            step()
+            return ("after", 0) in got and "missing permission: WRITE on TOPIC" in caplog.text
+
+        wait_until(told, 60, "the refused copy's missing permission in the log")
+        session = AdminSession(admin)
+        assert session.committed(group).get((topic, 0), 0) == 0, "committed past the held copy"
+        assert ("flaky", 1) not in got
+
+        apply_acls(session, [removed], "User:consumer-less")
+
+        def back() -> bool:
+            step()
+            return ("flaky", 1) in got
+
+        wait_until(back, 90, "the retry once WRITE on the delay levels is back")
+        wait_until(
+            lambda: step() or session.committed(group).get((topic, 0)) == 2,
+            30,
+            "the committed offset past both messages",
+        )
+    assert sorted(got) == [("after", 0), ("flaky", 0), ("flaky", 1)]

@@ -91,3 +91,40 @@ def test_coordinator_partition_is_kafkas_abs_hash_modulo() -> None:
     assert coordinator_partition("polygenelubricants", 10) == 0
     assert coordinator_partition("hello", 50) == 99162322 % 50
     assert coordinator_partition("rmq-schedule", 10) == abs(java_string_hash("rmq-schedule")) % 10
+
+
+class _Metadata:
+    """An ``AdminClient`` whose metadata shows ``topic`` refused to this principal."""
+
+    def __init__(self, topic: str, code: int) -> None:
+        from confluent_kafka import KafkaError
+
+        self.topic = topic
+        self.error = KafkaError(code)
+        self.calls = 0
+
+    def list_topics(self, timeout: float, topic: str | None = None) -> SimpleNamespace:
+        self.calls += 1
+        if topic is None:  # a listing of every topic leaves out those it may not describe
+            return SimpleNamespace(topics={})
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=self.error, partitions={})})
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_topic_the_principal_may_not_describe_is_named_with_the_permission() -> None:
+    """Created (CREATE allowed) but not visible: metadata refuses it as unauthorized.  The
+    error names the topic and the permission at once, not 'not visible after 30s'."""
+    from confluent_kafka import KafkaError
+
+    from adapter.errors import AuthenticationError
+    from adapter.io.topics import wait_visible
+
+    admin = _Metadata("rmq.schedule.ns.L03-10s", KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    clock = iter(float(i) for i in range(1000))
+    with pytest.raises(AuthenticationError) as info:
+        wait_visible(admin, ["rmq.schedule.ns.L03-10s"], 30.0, monotonic=lambda: next(clock))
+    text = str(info.value)
+    assert "missing permission: DESCRIBE" in text and "'rmq.schedule.ns.L03-10s'" in text
+    assert admin.calls < 10  # a grace of seconds for ACLs to propagate, not the 30 s timeout

@@ -27,6 +27,7 @@ from adapter.io.errors import (
     WatchedLog,
     client_error,
     closed_at_apiversion,
+    error_text,
     permission_hint,
     tls_error,
     tls_failure,
@@ -486,3 +487,13 @@ def test_the_docs_acl_listing_is_what_acl_print_prints(capsys: pytest.CaptureFix
     ).groups()  # type: ignore[union-attr]
     assert cli_main(shlex.split(command)[1:]) == 0
     assert capsys.readouterr().out == listing
+
+
+def test_a_refused_copy_names_the_write_permission() -> None:
+    """A copy (a retry, a dead letter, a forward) refused for want of an ACL says which
+    permission is missing; other produce errors read as librdkafka says them."""
+    refused = error_text(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert "missing permission: WRITE on TOPIC" in refused and "acl print" in refused
+    timed_out = KafkaError(KafkaError._MSG_TIMED_OUT)
+    assert error_text(timed_out) == timed_out.str()
+    assert error_text(ValueError("x")) == "x"
