@@ -320,7 +320,9 @@ def plaintext_on_tls_error(
     return TlsError(
         f"the listener at {where} speaks TLS (it closes every connection before answering), "
         f"but security.protocol={shown}: set security.protocol={want} and ssl.ca.location "
-        f"(the CA certificate file that signed the broker's certificate) (librdkafka: {text})",
+        f"(the CA certificate file that signed the broker's certificate); a broker that "
+        "closes every connection from this host (max.connections.per.ip) looks the same "
+        f"(librdkafka: {text})",
         kafka_error=err,
     )
 

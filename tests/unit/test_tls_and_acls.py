@@ -228,6 +228,7 @@ def test_a_plaintext_client_at_a_tls_listener_is_told_what_to_set(
     assert text.startswith("the listener at 127.0.0.1:9093 speaks TLS "), text
     assert f"but security.protocol={shown}: set security.protocol={want} and " in text
     assert "ssl.ca.location" in text and "[thrd:" not in text
+    assert "max.connections.per.ip" in text  # the one other cause that looks the same
     watch(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert watch.tls() is tls  # "all brokers down" does not hide why
 
