@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+import tenacity
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import (
     AdminClient,
@@ -522,6 +523,23 @@ def produce(
     return where
 
 
+#: What a committed-offsets lookup may meet while the group's coordinator moves or loads.
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
+def _retriable(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (
+        err.code() in _COORDINATOR_MOVING or bool(err.retriable())
+    )
+
+
 class OffsetProbe:
     """Reads a group's committed offsets and partitions' end offsets (never joins the group)."""
 
@@ -534,10 +552,18 @@ class OffsetProbe:
         )
 
     def committed(self, topic: str, partitions: list[int], timeout: float = 10) -> dict[int, int]:
-        """``{partition: offset}``; -1 where the group has no offset yet."""
-        tps = self._committed.committed(
-            [TopicPartition(topic, p) for p in partitions], timeout=timeout
-        )
+        """``{partition: offset}``; -1 where the group has no offset yet.  A retriable error
+        (the coordinator moving or loading, after a broker pause) is asked again, with
+        back-off, within ``timeout``."""
+        asked = [TopicPartition(topic, p) for p in partitions]
+        for attempt in tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_retriable),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+            stop=tenacity.stop_after_delay(timeout),
+            reraise=True,
+        ):
+            with attempt:
+                tps = self._committed.committed(asked, timeout=timeout)
         return {tp.partition: max(tp.offset, -1) for tp in tps}
 
     def ends(self, topic: str, partitions: list[int]) -> dict[int, int]:
