@@ -5,10 +5,12 @@ The same names, labels and meanings as the Prometheus metrics (:mod:`adapter.io.
 each Prometheus counter family is an OpenTelemetry *observable counter* of the same name
 (``rmq_consumer_messages``, ...; the family's labels are the attributes), each gauge an
 *observable gauge*.  They are read from the same collectors, when the meter's reader
-collects, so consuming and forwarding pay nothing for them.  The histograms
-(``rmq_consumer_listener_duration_seconds``, ``rmq_schedule_lateness_seconds``) stay on
-Prometheus: OpenTelemetry has no observable histogram, and recording one on the meter
-would put work on the hot path.
+collects, so consuming and forwarding pay nothing for them.  OpenTelemetry has no
+observable histogram (and recording one on the meter would be work on every listener call),
+so a histogram (``rmq_consumer_listener_duration_seconds``,
+``rmq_schedule_lateness_seconds``) goes as Prometheus exposes it: the observable counters
+``<name>_bucket`` (attribute ``le``: the bucket's upper bound, cumulative), ``<name>_count``
+and ``<name>_sum``.
 """
 
 from __future__ import annotations
@@ -100,16 +102,18 @@ class MetricBridge:
             self._reading = None
 
     def _instrument(self, family: Any) -> None:
-        name, kind = family.name, family.type
-        if name in self._instruments or kind not in ("counter", "gauge"):
-            return
-        callback = functools.partial(self._observe, name, not self._instruments)
-        make = (
-            self.meter.create_observable_counter
-            if kind == "counter"
-            else self.meter.create_observable_gauge
-        )
-        self._instruments[name] = make(name, callbacks=[callback], description=family.documentation)
+        for name, kind in _instruments_of(family):
+            if name in self._instruments:
+                continue
+            callback = functools.partial(self._observe, name, not self._instruments)
+            make = (
+                self.meter.create_observable_counter
+                if kind == "counter"
+                else self.meter.create_observable_gauge
+            )
+            self._instruments[name] = make(
+                name, callbacks=[callback], description=family.documentation
+            )
 
     def _observe(self, name: str, first: bool, _options: CallbackOptions) -> list[Observation]:
         """``name``'s samples; the first instrument's callback reads the collectors anew."""
@@ -131,14 +135,36 @@ class MetricBridge:
                 log.warning("metrics of %r not read", collector, exc_info=True)
                 continue
             for family in families:
-                if family.type not in ("counter", "gauge"):
-                    continue
-                sample_name = f"{family.name}_total" if family.type == "counter" else family.name
-                values = out.setdefault(family.name, {})
+                wanted = _samples_of(family)
                 for sample in family.samples:
-                    if sample.name == sample_name:
+                    name = wanted.get(sample.name)
+                    if name is not None:
+                        values = out.setdefault(name, {})
                         attrs = tuple(sorted(sample.labels.items()))
                         values[attrs] = values.get(attrs, 0.0) + sample.value
         with self._lock:
             self._reading = out
         return out
+
+
+_HISTOGRAM_PARTS = ("_bucket", "_count", "_sum")
+
+
+def _instruments_of(family: Any) -> list[tuple[str, str]]:
+    """The meter's instruments of one Prometheus family: ``(name, "counter"|"gauge")``."""
+    if family.type in ("counter", "gauge"):
+        return [(family.name, family.type)]
+    if family.type == "histogram":
+        return [(family.name + part, "counter") for part in _HISTOGRAM_PARTS]
+    return []
+
+
+def _samples_of(family: Any) -> dict[str, str]:
+    """Prometheus sample name -> the instrument it is read into (none for ``_created``)."""
+    if family.type == "counter":
+        return {f"{family.name}_total": family.name}
+    if family.type == "gauge":
+        return {family.name: family.name}
+    if family.type == "histogram":
+        return {family.name + part: family.name + part for part in _HISTOGRAM_PARTS}
+    return {}

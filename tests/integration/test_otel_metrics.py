@@ -64,15 +64,21 @@ def total(got: Points, name: str, **match: str) -> float:
 
 
 def prometheus(registry: CollectorRegistry) -> Points:
-    """The counters and gauges a Prometheus scrape of ``registry`` gives, keyed as above."""
+    """What a Prometheus scrape of ``registry`` gives, keyed as above: counters by family
+    name, gauges, and each histogram's ``_bucket``, ``_count`` and ``_sum`` samples."""
     out: Points = {}
     for family in registry.collect():
-        if family.type not in ("counter", "gauge"):
+        if family.type == "counter":
+            wanted = {f"{family.name}_total": family.name}
+        elif family.type == "gauge":
+            wanted = {family.name: family.name}
+        elif family.type == "histogram":
+            wanted = {family.name + p: family.name + p for p in ("_bucket", "_count", "_sum")}
+        else:
             continue
-        wanted = f"{family.name}_total" if family.type == "counter" else family.name
         for s in family.samples:
-            if s.name == wanted:
-                key = (family.name, tuple(sorted(s.labels.items())))
+            if s.name in wanted:
+                key = (wanted[s.name], tuple(sorted(s.labels.items())))
                 out[key] = out.get(key, 0.0) + s.value
     return out
 
@@ -134,10 +140,17 @@ def test_the_consumer_s_and_the_service_s_counts_arrive_through_the_meter(
     for key, value in counted.items():
         if key[0].endswith(counters):
             assert scraped.get(key) == value, key
-    # histograms stay on Prometheus
-    names = {name for name, _ in got}
-    assert "rmq_consumer_listener_duration_seconds" not in names
+    # a histogram arrives as Prometheus exposes it: its buckets, count and sum
     assert ("rmq_consumer_listener_duration_seconds", "histogram") in kinds
+    duration = "rmq_consumer_listener_duration_seconds"
+    calls = total(got, f"{duration}_count", group=group)
+    assert calls == listener.calls == 5, listener.calls
+    assert total(got, f"{duration}_bucket", group=group, le="+Inf") == calls
+    assert total(got, f"{duration}_sum", group=group) > 0
+    for key, value in got.items():
+        if key[0].startswith(duration) and ("group", group) in key[1]:
+            assert scraped.get(key) == value, key
+    assert total(got, "rmq_schedule_lateness_seconds_count") >= 2
 
 
 def test_without_a_meter_provider_nothing_reaches_a_meter_and_prometheus_still_counts(

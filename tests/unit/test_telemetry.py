@@ -250,3 +250,59 @@ def test_no_meter_unless_one_is_given_or_set_globally() -> None:
         assert telemetry.is_instrumented() and not state.metered()
     finally:
         telemetry.uninstrument()
+
+
+class _Lateness:
+    """A collector with one histogram family, as the ScheduleService's."""
+
+    def __init__(self) -> None:
+        self.buckets = [("0.1", 2.0), ("1.0", 5.0), ("+Inf", 6.0)]
+        self.total = 3.5
+
+    def collect(self) -> Any:
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily("rmq_schedule_lateness_seconds", "late", labels=["level"])
+        family.add_metric(["3"], self.buckets, self.total)
+        yield family
+
+
+def test_a_histogram_reaches_the_meter_as_its_buckets_count_and_sum() -> None:
+    """No observable histogram in OpenTelemetry: the histogram goes as Prometheus exposes
+    it, cumulative ``_bucket`` (with ``le``), ``_count`` and ``_sum`` counters, read at
+    collection time."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry.instrument(meter_provider=provider)
+    lateness = _Lateness()
+    try:
+        stop = state.observe(lateness)
+        assert stop is not None
+
+        def read() -> dict[tuple[str, tuple[tuple[str, Any], ...]], float]:
+            data = reader.get_metrics_data()
+            return {
+                (m.name, tuple(sorted(p.attributes.items()))): p.value
+                for r in data.resource_metrics
+                for s in r.scope_metrics
+                for m in s.metrics
+                for p in m.data.data_points
+            }
+
+        got = read()
+        name = "rmq_schedule_lateness_seconds"
+        level = (("level", "3"),)
+        assert got[(f"{name}_bucket", (("le", "0.1"), *level))] == 2.0
+        assert got[(f"{name}_bucket", (("le", "+Inf"), *level))] == 6.0
+        assert got[(f"{name}_count", level)] == 6.0 and got[(f"{name}_sum", level)] == 3.5
+        assert not any(k[0] in (name, f"{name}_created") for k in got)
+        lateness.buckets[-1], lateness.total = ("+Inf", 7.0), 4.0
+        got = read()
+        assert got[(f"{name}_count", level)] == 7.0 and got[(f"{name}_sum", level)] == 4.0
+        stop()
+    finally:
+        telemetry.uninstrument()
+        provider.shutdown()
