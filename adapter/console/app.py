@@ -43,7 +43,7 @@ from adapter.console.service import (
 )
 from adapter.errors import AdapterError, InvalidInputError
 from adapter.ops.errors import GroupNotFoundError, TopicNotFoundError
-from adapter.services.dlq import RedriveError
+from adapter.services.redrive import RedriveError
 
 log = logging.getLogger("adapter.console")
 

@@ -32,7 +32,7 @@ __all__ = [
 
 #: the roles ``rmq-kafka acl print --role`` knows
 ROLES: Final = ("consumer", "schedule-service", "producer", "console")
-#: the consumer group whose committed offsets mark what a DLQ redrive sent (services.dlq)
+#: the consumer group whose committed offsets mark what a DLQ redrive sent (services.redrive)
 REDRIVE_GROUP_PREFIX: Final = "rmq-dlq-redrive."
 #: the group ids of the admin commands' and the control channel's readers (io.admin)
 READER_GROUP_PREFIX: Final = "rmq-ops-reader-"

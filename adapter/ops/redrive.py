@@ -1,5 +1,5 @@
 """One redrive for ``rmq-kafka dlq redrive`` and the console: choose the dead letters (ids, a
-filter, or all), send them back through :func:`adapter.services.dlq.redrive` (idempotent,
+filter, or all), send them back through :func:`adapter.services.redrive.redrive` (idempotent,
 dry run, rate, loop guard) and write what was asked and what came of it to the audit log.
 
 The audit log is the Kafka topic ``rmq.audit`` (key: the group; value: one JSON object per
@@ -24,16 +24,8 @@ from adapter.io.admin import AdminSession
 from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import producer_config
 from adapter.io.errors import make_client, send_error
-from adapter.services.dlq import (
-    DeadLetterEntry,
-    Progress,
-    RedriveError,
-    RedriveResult,
-    check_redrive_options,
-    read_dlq,
-    read_dlq_at,
-    redrive,
-)
+from adapter.services.dlq import DeadLetterEntry, Progress, read_dlq, read_dlq_at
+from adapter.services.redrive import RedriveError, RedriveResult, check_redrive_options, redrive
 
 log = logging.getLogger("adapter.ops.redrive")
 

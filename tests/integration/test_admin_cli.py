@@ -38,7 +38,8 @@ from adapter.core.delay import DelayLevels
 from adapter.core.timespec import format_time
 from adapter.io.control import ControlChannel
 from adapter.io.topics import ensure_topics, plan_topics
-from adapter.services.dlq import read_dlq, redrive
+from adapter.services.dlq import read_dlq
+from adapter.services.redrive import redrive
 
 pytestmark = pytest.mark.integration
 

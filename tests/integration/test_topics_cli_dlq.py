@@ -22,7 +22,8 @@ from adapter.core.message import MessageExt
 from adapter.demo import run_demo
 from adapter.errors import BrokerUnavailableError, DeadLetterBodyError, MalformedHeaderError
 from adapter.io.topics import ensure_group_topics, ensure_topics, plan_topics
-from adapter.services.dlq import DeadLetterEntry, RedriveError, read_dlq, redrive
+from adapter.services.dlq import DeadLetterEntry, read_dlq
+from adapter.services.redrive import RedriveError, redrive
 from tests.support.consumer_helpers import end_offsets, ensure_configured, set_topic_config
 
 pytestmark = pytest.mark.integration

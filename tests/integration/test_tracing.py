@@ -31,7 +31,8 @@ from adapter import (
 )
 from adapter.errors import ConfigError
 from adapter.kafka import Consumer as DropInConsumer
-from adapter.services.dlq import read_dlq, redrive
+from adapter.services.dlq import read_dlq
+from adapter.services.redrive import redrive
 from tests.support.consumer_helpers import (
     LATER,
     LEVELS,

@@ -19,15 +19,8 @@ from adapter.console.service import (
 from adapter.core.message import MessageExt
 from adapter.errors import InvalidInputError
 from adapter.ops.redrive import DlqFilter, RedriveOptions, Selection
-from adapter.services.dlq import (
-    HEADER_REDRIVE_COUNT,
-    DeadLetterEntry,
-    Pacer,
-    check_redrive_options,
-    format_cursor,
-    parse_cursor,
-    plan_redrive,
-)
+from adapter.services.dlq import HEADER_REDRIVE_COUNT, DeadLetterEntry, format_cursor, parse_cursor
+from adapter.services.redrive import Pacer, check_redrive_options, plan_redrive
 
 pytestmark = pytest.mark.unit
 

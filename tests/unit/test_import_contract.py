@@ -202,8 +202,8 @@ def test_every_client_package_imports_only_the_floors_below_it() -> None:
 CLOCK_READS = ("time", "time_ns", "monotonic", "monotonic_ns")
 #: what still reads the system's clock there, and why
 CLOCK_READS_ALLOWED = {
-    # a one-off bounded read of one record by the DLQ tool (no timing rule depends on it)
-    "adapter.services.dlq",
+    # a one-off bounded read of one record by the DLQ redrive (no timing rule depends on it)
+    "adapter.services.redrive",
 }
 
 

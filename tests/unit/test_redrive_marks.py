@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from adapter.core.message import MessageExt
-from adapter.services.dlq import DeadLetterEntry, RedriveResult, redrive_marks
+from adapter.services.dlq import DeadLetterEntry
+from adapter.services.redrive import RedriveResult, redrive_marks
 
 pytestmark = pytest.mark.unit
 
