@@ -45,7 +45,7 @@ from adapter.bench.harness import Bench
 from adapter.core.message import MessageExt, fetched_records, split_fetch
 from adapter.core.trace import BATCHES, RUN, RunBuilder
 from adapter.io.avro import run_encoder
-from adapter.io.trace_sink import Columns, add_batch_run, batch_columns
+from adapter.io.trace_columns import Columns, add_batch_run, batch_columns
 
 __all__ = [
     "VARIANTS",
@@ -129,7 +129,7 @@ def _transposed(records: list[Any]) -> tuple[bool, tuple[int, ...]]:
 def floor_costs(records: Sequence[Any], run: int = DEFAULT_RUN, repeats: int = 5) -> FloorReport:
     """ns per record of each step a trace of plain successes needs (see the module's
     docstring), of their sum (``floor``), of what the sink reads at a hand-over as it is
-    (``handover``: :func:`~adapter.io.trace_sink.batch_columns`) and of the sink's thread
+    (``handover``: :func:`~adapter.io.trace_columns.batch_columns`) and of the sink's thread
     making a run of them and encoding it (``sink``)."""
     msgs = views_of(records)
     n = len(msgs)
@@ -178,7 +178,7 @@ def floor_costs(records: Sequence[Any], run: int = DEFAULT_RUN, repeats: int = 5
 
 class ColumnsOnly:
     """A trace sink that reads what :class:`~adapter.io.trace_sink.KafkaTraceSink` reads at
-    a hand-over (:func:`~adapter.io.trace_sink.batch_columns`) and drops it: no queue, no
+    a hand-over (:func:`~adapter.io.trace_columns.batch_columns`) and drops it: no queue, no
     thread, no producer.  A consumer with it pays the loop's side of tracing and nothing
     else: the floor of the loop's cost inside the running consumer."""
 

@@ -31,7 +31,7 @@ from adapter.core.trace import (
 )
 from adapter.io import avro as schemas
 from adapter.io.avro import TRACE_SCHEMA_HEADER, encode, encode_trace, trace_schema
-from adapter.io.trace_sink import add_batch_run
+from adapter.io.trace_columns import add_batch_run
 
 pytestmark = pytest.mark.spark
 

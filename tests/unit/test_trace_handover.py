@@ -27,7 +27,7 @@ from adapter.core.trace import (
     run_fields,
 )
 from adapter.io.errors import FatalErrorWatch
-from adapter.io.trace_sink import add_batch_run
+from adapter.io.trace_columns import add_batch_run
 from tests.unit.kafka_fakes import Factory, FakeAdmin, FakeClock, FakeConsumer, FakeProducer, record
 
 pytestmark = pytest.mark.unit

@@ -40,7 +40,7 @@ from adapter.io.avro import (
     run_encoder,
     trace_batch_schema,
 )
-from adapter.io.trace_sink import add_batch_run
+from adapter.io.trace_columns import add_batch_run
 from tests.unit.kafka_fakes import FakeClock
 
 BASE = 1_700_000_000_000
