@@ -30,8 +30,8 @@ from adapter.testing.containers import (
     SCHEDULE_GROUP,
     RetryStack,
     resolve_kafka_image,
-    start_kafka_container,
 )
+from adapter.testing.kafka_container import start_kafka_container
 
 
 def group_stable(bootstrap: str, group: str, timeout_s: float = 300) -> None:

@@ -25,23 +25,22 @@ label :data:`LABEL` with the owning process id, and :func:`remove_stale` removes
 process that died without ``stop()`` left behind (the fixture calls it first).
 
 No image is ever pulled: an image that is not present locally is an error naming the images
-tried and how to build them.
+tried and how to build them.  Beside the stack: which images are tried
+(:mod:`adapter.testing.container_images`), what the Docker engine lacks
+(:mod:`adapter.testing.docker_engine`) and one broker container's settings
+(:mod:`adapter.testing.kafka_container`).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib
 import importlib.metadata
 import logging
 import os
-import shutil
 import socket
-import subprocess
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -51,26 +50,37 @@ from adapter.core.delay import DelayLevels
 from adapter.embedded.jars import kafka_version
 from adapter.errors import AdapterError
 from adapter.io.clock import SYSTEM_CLOCK, SystemClock
+from adapter.testing.container_images import (
+    KAFKA_IMAGE_ENV,
+    SERVICE_IMAGE_ENV,
+    ImageChoice,
+    choose_image,
+    kafka_image_candidates,
+    service_image_candidates,
+)
+from adapter.testing.docker_engine import (
+    INSTALL_ENGINE,
+    docker_client,
+    docker_engine_problem,
+    image_present,
+)
+from adapter.testing.kafka_container import (
+    INTERNAL_PORT,
+    broker_jvm_opts,
+    free_port,
+    kafka_env,
+    new_cluster_id,
+)
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
-    "INTERNAL_PORT",
     "KAFKA_ALIAS",
     "LABEL",
     "ContainerStackError",
-    "ImageChoice",
     "RetryStack",
-    "choose_image",
-    "docker_engine_problem",
-    "docker_problems",
-    "kafka_env",
-    "kafka_image_candidates",
-    "new_cluster_id",
     "remove_stale",
     "resolve_kafka_image",
     "resolve_service_image",
-    "service_image_candidates",
-    "start_kafka_container",
 ]
 
 log = logging.getLogger("adapter.testing.containers")
@@ -78,9 +88,8 @@ log = logging.getLogger("adapter.testing.containers")
 #: a short delay table for tests (levels 1..6: 1 s .. 6 s); RocketMQ's default starts at 1 s
 #: too but reaches 2 h, which no test waits for
 DEFAULT_DELAY_LEVELS = "1s 2s 3s 4s 5s 6s"
-#: the broker's name on the stack's network, and its listener for other containers
+#: the broker's name on the stack's network (its listener there: ``INTERNAL_PORT``)
 KAFKA_ALIAS = "kafka"
-INTERNAL_PORT = 19092
 SCHEDULE_ALIAS = "schedule-service"
 SCHEDULE_GROUP = "rmq-schedule-service"
 #: every container and network of a stack carries it; the value is the owning process id
@@ -90,224 +99,12 @@ STACK_LABEL = "io.rmq-kafka.retry-stack.id"
 #: the owning process's host name: pids are judged only on the host that owns them (an engine
 #: may serve several hosts or containers, each with pids of its own)
 HOST_LABEL = "io.rmq-kafka.retry-stack.host"
-KAFKA_IMAGE_ENV = "RMQ_KAFKA_IMAGE"
-SERVICE_IMAGE_ENV = "RMQ_SERVICE_IMAGE"
-PROJECT_KAFKA_REPO = "rmq-kafka/kafka"
-PROJECT_SERVICE_REPO = "rmq-kafka/app"
 _LOG_TAIL_LINES = 80
-JVM_OPTS_ENV = "RMQ_KAFKA_JVM_OPTS"
-DEFAULT_JVM_OPTS = "-XX:TieredStopAtLevel=1"
-
-INSTALL_ENGINE = (
-    "install a Docker engine (Debian/Ubuntu: apt-get install docker.io) and start it "
-    "(systemctl start docker, or dockerd &)"
-)
-INSTALL_CLI = "install the docker CLI (Debian/Ubuntu: apt-get install docker.io)"
-INSTALL_COMPOSE = (
-    "install Docker Compose (the docker-compose-plugin package for 'docker compose', "
-    "or Debian's docker-compose)"
-)
 
 
 class ContainerStackError(AdapterError):
     """A container of the stack could not be found, started or made ready; the message names
     the part and the cause (with the containers' logs when they ran)."""
-
-
-# --------------------------------------------------------------------------------------------
-# images (pure)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ImageChoice:
-    """The image to run and why it was taken (logged, and shown in the test report)."""
-
-    image: str
-    reason: str
-
-
-def kafka_image_candidates(
-    version: str, configured: str | None = None, *, project_image: bool = True
-) -> list[str]:
-    """The broker images to try, in order: ``configured`` (``$RMQ_KAFKA_IMAGE``) alone when
-    set, else the official ``apache/kafka:<version>``, then (with ``project_image``) the
-    project's own ``rmq-kafka/kafka:<version>``."""
-    if configured:
-        return [configured]
-    official = f"apache/kafka:{version}"
-    return [official, f"{PROJECT_KAFKA_REPO}:{version}"] if project_image else [official]
-
-
-def service_image_candidates(adapter_version: str, configured: str | None = None) -> list[str]:
-    """The ScheduleService images to try: ``configured`` (``$RMQ_SERVICE_IMAGE``) alone when
-    set, else ``rmq-kafka/app:<adapter version>``, then ``rmq-kafka/app:latest``."""
-    if configured:
-        return [configured]
-    return [f"{PROJECT_SERVICE_REPO}:{adapter_version}", f"{PROJECT_SERVICE_REPO}:latest"]
-
-
-def choose_image(
-    candidates: Sequence[str], present: Callable[[str], bool], *, configured: bool = False
-) -> ImageChoice | None:
-    """The first of ``candidates`` present locally (never pulled), or ``None``."""
-    for i, image in enumerate(candidates):
-        if present(image):
-            if configured:
-                reason = "configured"
-            elif i == 0:
-                reason = "present locally"
-            else:
-                reason = f"present locally; {', '.join(candidates[:i])} not"
-            return ImageChoice(image, reason)
-    return None
-
-
-def new_cluster_id() -> str:
-    """A KRaft cluster id as Kafka makes them (16 random bytes, URL-safe base64, unpadded):
-    given to the container, it spares the image one JVM start (``random-uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
-
-
-def broker_jvm_opts() -> str:
-    """The broker JVM's options: ``$RMQ_KAFKA_JVM_OPTS`` when set (also empty), else the
-    client compiler only, which starts a test broker on about half the CPU."""
-    return os.environ.get(JVM_OPTS_ENV, DEFAULT_JVM_OPTS)
-
-
-def kafka_env(
-    host_port: int,
-    *,
-    internal_host: str | None = None,
-    internal_port: int = INTERNAL_PORT,
-    cluster_id: str | None = None,
-    jvm_opts: str = "",
-) -> dict[str, str]:
-    """``KAFKA_*`` settings of a single-node KRaft broker container (both the official and
-    the project's image read them).  The host listener listens on and advertises
-    ``127.0.0.1:host_port`` (the port mapped 1:1); with ``internal_host`` a second listener
-    ``INTERNAL`` advertises ``internal_host:internal_port`` to other containers on the
-    network and carries the broker's own traffic.  ``cluster_id`` and ``jvm_opts`` (after a
-    512 MiB heap) go to ``KAFKA_CLUSTER_ID`` and ``KAFKA_HEAP_OPTS``."""
-    listeners = [f"PLAINTEXT://:{host_port}", "CONTROLLER://:9093"]
-    advertised = [f"PLAINTEXT://127.0.0.1:{host_port}"]
-    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
-    inter_broker = "PLAINTEXT"
-    if internal_host:
-        listeners.insert(1, f"INTERNAL://:{internal_port}")
-        advertised.append(f"INTERNAL://{internal_host}:{internal_port}")
-        protocols.append("INTERNAL:PLAINTEXT")
-        inter_broker = "INTERNAL"
-    return {
-        "KAFKA_NODE_ID": "1",
-        "KAFKA_PROCESS_ROLES": "broker,controller",
-        "KAFKA_LISTENERS": ",".join(listeners),
-        "KAFKA_ADVERTISED_LISTENERS": ",".join(advertised),
-        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
-        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": ",".join(protocols),
-        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
-        "KAFKA_INTER_BROKER_LISTENER_NAME": inter_broker,
-        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
-        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-        "KAFKA_NUM_PARTITIONS": "1",
-        "KAFKA_HEAP_OPTS": " ".join(["-Xmx512m", *jvm_opts.split()]),
-        **({"KAFKA_CLUSTER_ID": cluster_id} if cluster_id else {}),
-    }
-
-
-def docker_problems(
-    *, cli: bool, engine_problem: str | None, compose: bool | None = None
-) -> list[str]:
-    """What a Docker tier lacks, each with how to install it (empty: nothing).  ``compose``
-    ``None``: the tier does not need Compose."""
-    problems = []
-    if not cli:
-        problems.append(f"no docker CLI on PATH: {INSTALL_CLI}")
-    if engine_problem:
-        problems.append(f"no Docker engine reachable ({engine_problem}): {INSTALL_ENGINE}")
-    if compose is False:
-        problems.append(
-            f"neither 'docker compose' nor docker-compose is installed: {INSTALL_COMPOSE}"
-        )
-    return problems
-
-
-# --------------------------------------------------------------------------------------------
-# the engine
-# --------------------------------------------------------------------------------------------
-
-
-def _docker_socket_problem() -> str | None:
-    """Cheap pre-check of a local engine's socket (the docker SDK leaks one when it is down)."""
-    host = os.environ.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        return None  # tcp:// / ssh:// etc.: let the SDK decide
-    path = host.removeprefix("unix://") or "/var/run/docker.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(2.0)
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            return f"{path}: {exc.strerror or exc}"
-    return None
-
-
-def _docker_client() -> Any:
-    docker: Any = importlib.import_module("docker")
-    return docker.from_env(timeout=10)
-
-
-def docker_engine_problem() -> str | None:
-    """Why no Docker engine answers here (``None``: one does)."""
-    problem = _docker_socket_problem()
-    if problem:
-        return problem
-    try:
-        client = _docker_client()
-    except Exception as exc:
-        return f"docker SDK: {exc}"
-    try:
-        client.ping()
-    except Exception as exc:
-        return f"ping: {exc}"
-    finally:
-        with contextlib.suppress(Exception):
-            client.close()
-    return None
-
-
-def image_present(image: str) -> bool:
-    """``image`` is in the local engine's store (never pulled)."""
-    if _docker_socket_problem():
-        return False
-    try:
-        client = _docker_client()
-    except Exception:
-        return False
-    try:
-        client.images.get(image)
-    except Exception:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            client.close()
-    return True
-
-
-def compose_installed() -> bool:
-    """``docker compose`` (v2) or ``docker-compose`` answers."""
-    if shutil.which("docker"):
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            res = subprocess.run(
-                ["docker", "compose", "version"], capture_output=True, timeout=30, check=False
-            )
-            if res.returncode == 0:
-                return True
-    return shutil.which("docker-compose") is not None
 
 
 def _pick(what: str, candidates: list[str], configured: str | None, build: str) -> ImageChoice:
@@ -368,7 +165,7 @@ def remove_stale() -> int:
     """Remove the containers and networks of stacks whose process is gone (it died without
     ``stop()``); returns how many containers went.  Only stacks of this host (label
     :data:`HOST_LABEL`) are judged."""
-    client = _docker_client()
+    client = docker_client()
     removed = 0
     mine = [f"{LABEL}", f"{HOST_LABEL}={socket.gethostname()}"]
     try:
@@ -391,51 +188,8 @@ def remove_stale() -> int:
     return removed
 
 
-def start_kafka_container(image: str, *, timeout_s: float = 300.0) -> tuple[Any, str]:
-    """Start a single-node KRaft broker container of ``image`` with one listener for the
-    host; return (the testcontainers container, its bootstrap).  It may not serve yet: wait
-    for it.  The caller stops it (``container.stop()`` removes it).
-
-    Testcontainers' reaper is an image of its own that would be pulled: it is left off."""
-    from testcontainers.core.config import testcontainers_config
-
-    testcontainers_config.ryuk_disabled = True
-    if "confluentinc/" in image:
-        # Confluent's images take their settings from a start script of testcontainers' kafka
-        # module; the official and the project's image read KAFKA_* variables instead (below)
-        from testcontainers.community.kafka import KafkaContainer
-
-        kc = KafkaContainer(image).with_kraft()
-        kc.start(timeout=int(timeout_s))
-        return kc, kc.get_bootstrap_server()
-
-    from testcontainers.core.container import DockerContainer
-
-    # the advertised listener must carry the host-side port: a free host port mapped 1:1
-    port = _free_port()
-    container = (
-        DockerContainer(image)
-        .with_bind_ports(port, port)
-        .with_envs(**kafka_env(port, cluster_id=new_cluster_id(), jvm_opts=broker_jvm_opts()))
-    )
-    container.start()
-    return container, f"127.0.0.1:{port}"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _tail(data: bytes, lines: int) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
-
-
-# --------------------------------------------------------------------------------------------
-# the stack
-# --------------------------------------------------------------------------------------------
 
 
 class RetryStack:
@@ -571,7 +325,7 @@ class RetryStack:
 
         labels = self.labels
         self._network = Network(docker_network_kw={"labels": labels}).create()
-        self._host_port = _free_port()
+        self._host_port = free_port()
         self._kafka = (
             DockerContainer(kafka_image, labels=labels)
             .with_network(self._network)

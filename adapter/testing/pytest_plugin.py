@@ -55,7 +55,7 @@ from confluent_kafka.admin import AdminClient
 
 from adapter.embedded.broker import EmbeddedKafka, EmbeddedKafkaError, pid_alive
 from adapter.io.topics import TopicPlan, ensure_with
-from adapter.testing import containers
+from adapter.testing import container_images, containers, docker_engine, kafka_container
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -90,7 +90,7 @@ _READY_TIMEOUT_S = 60.0
 _CONTAINER_READY_TIMEOUT_S = 300.0
 log = logging.getLogger("adapter.testing")
 #: the broker image this process's container mode runs (for the end-of-run summary)
-_IMAGE_KEY = pytest.StashKey[containers.ImageChoice]()
+_IMAGE_KEY = pytest.StashKey[container_images.ImageChoice]()
 _TOPIC_TIMEOUT_S = 30.0
 
 
@@ -107,7 +107,7 @@ class TopicFactory(Protocol):
 
 def _docker_image_present(image: str) -> bool:
     """Docker engine reachable AND ``image`` present locally. Never pulls."""
-    return containers.image_present(image)
+    return docker_engine.image_present(image)
 
 
 def kafka_container_candidates(*, forced: bool = True) -> list[str]:
@@ -117,14 +117,14 @@ def kafka_container_candidates(*, forced: bool = True) -> list[str]:
     embedded broker, whose fault-injection tests need it."""
     from adapter.embedded.jars import kafka_version
 
-    return containers.kafka_image_candidates(
+    return container_images.kafka_image_candidates(
         kafka_version(), os.environ.get(IMAGE_ENV) or None, project_image=forced
     )
 
 
-def _container_image(*, forced: bool = True) -> containers.ImageChoice | None:
+def _container_image(*, forced: bool = True) -> container_images.ImageChoice | None:
     candidates = kafka_container_candidates(forced=forced)
-    return containers.choose_image(
+    return container_images.choose_image(
         candidates, _docker_image_present, configured=bool(os.environ.get(IMAGE_ENV))
     )
 
@@ -145,13 +145,13 @@ def detect_kafka_mode() -> str:
     return "embedded"
 
 
-def _require_container_image() -> containers.ImageChoice:
+def _require_container_image() -> container_images.ImageChoice:
     """The image container mode runs, or a usage error naming what is missing."""
-    problem = containers.docker_engine_problem()
+    problem = docker_engine.docker_engine_problem()
     if problem:
         raise pytest.UsageError(
             f"{MODE_ENV}=container: no Docker engine reachable ({problem}): "
-            f"{containers.INSTALL_ENGINE}"
+            f"{docker_engine.INSTALL_ENGINE}"
         )
     choice = _container_image()
     if choice is None:
@@ -204,7 +204,7 @@ def _free_port() -> int:
 
 def _start_container(image: str) -> tuple[Any, str]:
     """Start a single-node KRaft broker container; return (container, bootstrap)."""
-    return containers.start_kafka_container(image, timeout_s=_CONTAINER_READY_TIMEOUT_S)
+    return kafka_container.start_kafka_container(image, timeout_s=_CONTAINER_READY_TIMEOUT_S)
 
 
 def create_topic(
@@ -262,7 +262,7 @@ def _rmq_kafka_embedded() -> Iterator[EmbeddedKafka]:
 @pytest.fixture(scope="session")
 def kafka_container_image(
     kafka_mode: str, request: pytest.FixtureRequest
-) -> containers.ImageChoice:
+) -> container_images.ImageChoice:
     """The broker image of container mode and why it was taken (skips in other modes)."""
     if kafka_mode != "container":
         pytest.skip(f"needs container mode (kafka_mode is {kafka_mode!r})")
@@ -272,7 +272,7 @@ def kafka_container_image(
 
 
 @pytest.fixture(scope="session")
-def _rmq_kafka_container(kafka_container_image: containers.ImageChoice) -> Iterator[str]:
+def _rmq_kafka_container(kafka_container_image: container_images.ImageChoice) -> Iterator[str]:
     image = kafka_container_image.image
     container, bootstrap = _start_container(image)
     log.info(
@@ -390,10 +390,10 @@ def retry_stack(retry_stack_delay_levels: str) -> Iterator[containers.RetryStack
     """A Kafka container and a ScheduleService container on one network, started once per
     session (per xdist worker) and removed at its end, whatever the tests did.  Containers
     that sessions killed before their teardown left behind are removed first."""
-    problem = containers.docker_engine_problem()
+    problem = docker_engine.docker_engine_problem()
     if problem:
         pytest.fail(
-            f"retry_stack: no Docker engine reachable ({problem}): {containers.INSTALL_ENGINE}",
+            f"retry_stack: no Docker engine reachable ({problem}): {docker_engine.INSTALL_ENGINE}",
             pytrace=False,
         )
     containers.remove_stale()

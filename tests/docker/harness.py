@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from adapter.testing import containers
+from adapter.testing import docker_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -61,9 +61,9 @@ def opted_in() -> bool:
 def missing_parts(compose: bool = True) -> list[str]:
     """What the Docker tier needs and this machine lacks, each with how to install it."""
     cli = shutil.which("docker") is not None
-    return containers.docker_problems(
+    return docker_engine.docker_problems(
         cli=cli,
-        engine_problem=containers.docker_engine_problem(),
+        engine_problem=docker_engine.docker_engine_problem(),
         compose=(compose_command() is not None) if compose else None,
     )
 

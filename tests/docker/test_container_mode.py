@@ -11,7 +11,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from adapter.embedded.jars import kafka_version
-from adapter.testing.containers import ImageChoice, image_present
+from adapter.testing.container_images import ImageChoice
+from adapter.testing.docker_engine import image_present
 from adapter.testing.pytest_plugin import (
     BOOTSTRAP_ENV,
     IMAGE_ENV,

@@ -13,20 +13,15 @@ from pathlib import Path
 import pytest
 
 from adapter.errors import AdapterError, InvalidInputError
-from adapter.testing.containers import (
-    INSTALL_COMPOSE,
-    INSTALL_ENGINE,
-    ContainerStackError,
+from adapter.testing.container_images import (
     ImageChoice,
-    RetryStack,
-    broker_jvm_opts,
     choose_image,
-    docker_problems,
-    kafka_env,
     kafka_image_candidates,
-    new_cluster_id,
     service_image_candidates,
 )
+from adapter.testing.containers import ContainerStackError, RetryStack
+from adapter.testing.docker_engine import INSTALL_COMPOSE, INSTALL_ENGINE, docker_problems
+from adapter.testing.kafka_container import broker_jvm_opts, kafka_env, new_cluster_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
