@@ -5,7 +5,7 @@
         spark/dlq_report.py -b localhost:9092 --output /data/dlq-report \
         [--group my-group ...] [--top-keys 3] [--export] [-X key=value ...]
 
-The same as ``rmq-kafka analytics dlq-report ...``; see ``adapter/analytics/jobs.py``.
+The same as ``rmq-kafka analytics dlq-report ...``; see ``adapter/analytics/dlq_report_job.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@
 * :mod:`adapter.analytics.jars` -- the pinned Spark connector jars (fetched once, cached);
 * :mod:`adapter.analytics.session` -- SparkSession + Kafka security -> ``kafka.*`` options;
 * :mod:`adapter.analytics.transforms` -- pure DataFrame -> DataFrame transformations;
-* :mod:`adapter.analytics.jobs` -- the streaming consume-metrics job and the DLQ report;
+* :mod:`adapter.analytics.kafka_source` -- Spark's Kafka source: row schema, errors in words;
+* :mod:`adapter.analytics.jobs` -- the streaming consume-metrics job;
+* :mod:`adapter.analytics.dlq_report_job` -- the batch DLQ report;
 * :mod:`adapter.bench.analytics` -- the analytics benchmark.
 
 Importing this package (or the trace sink) does not import pyspark: only the consumer's

@@ -1,4 +1,5 @@
-"""The Spark jobs: Spark's own Kafka source in, sinks out; the logic is in ``transforms``.
+"""The streaming consume-metrics job: Spark's own Kafka source in, sinks out; the logic is in
+``transforms`` (the batch DLQ report is :mod:`adapter.analytics.dlq_report_job`).
 
 * :func:`start_consume_metrics` / :func:`run_consume_metrics` -- the streaming job: the
   trace topic -> :func:`~adapter.analytics.transforms.consume_metrics` -> the metrics
@@ -10,21 +11,17 @@
   has exactly one final row; :func:`read_metrics` reads the latest row of each window
   (:mod:`adapter.analytics.windows`).  So a drain run (``available_now``) writes every
   window it read, the open ones provisional, and the next run completes them.
-* :func:`run_dlq_report` -- the batch DLQ report: the DLQ topics read as a batch ->
-  :func:`~adapter.analytics.transforms.dlq_summary` -> a Parquet table, a CSV file and a
-  PNG chart (and, with ``export``, every dead letter as Avro, ``dlq_export.avsc``).
+* :func:`read_metrics` / :func:`table_summary` -- the metrics table read back.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 from pyspark.errors import AnalysisException
@@ -33,28 +30,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from adapter.analytics import transforms
-from adapter.analytics.jars import AnalyticsError, SparkAuthenticationError, SparkTlsError
+from adapter.analytics.jars import AnalyticsError
+from adapter.analytics.kafka_source import spark_kafka_error
 from adapter.analytics.preflight import check_tls
-from adapter.analytics.report import dlq_title, render_chart, write_csv
 from adapter.analytics.session import kafka_options
 from adapter.analytics.windows import BatchProgress, Key, interval_ms, merge_batch, window_key
-from adapter.constants import KAFKA_DLQ_PREFIX, TRACE_TOPIC
+from adapter.constants import TRACE_TOPIC
 from adapter.core import naming
-from adapter.errors import TlsError, TopicNameError
-from adapter.io.avro import dlq_export_schema
-from adapter.io.config import admin_config, check_kafka_config
-from adapter.io.errors import client_error, make_client
+from adapter.errors import TlsError
 
 __all__ = [
-    "KAFKA_SOURCE_SCHEMA",
-    "DlqReport",
     "MetricsTable",
     "StreamJobOptions",
-    "dlq_topics",
     "read_metrics",
     "run_consume_metrics",
-    "run_dlq_report",
-    "spark_kafka_error",
     "start_consume_metrics",
     "table_summary",
     "trace_source",
@@ -63,114 +52,6 @@ __all__ = [
 log = logging.getLogger("adapter.analytics")
 
 SINKS: Final = ("parquet", "console")
-#: The Kafka source's row schema with ``includeHeaders=true`` (for an empty batch).
-KAFKA_SOURCE_SCHEMA: Final = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int, headers array<struct<key:string,value:binary>>"
-)
-
-
-#: Java exception names (and texts) that mean the Kafka cluster refused us.
-_AUTH_MARKERS: Final = (
-    "SaslAuthenticationException",
-    "SslAuthenticationException",
-    "AuthenticationException",
-    "TopicAuthorizationException",
-    "GroupAuthorizationException",
-    "ClusterAuthorizationException",
-    "Authentication failed",
-)
-_MAX_DETAIL: Final = 400
-#: Java's words for a TLS handshake that failed (checked before the authentication markers:
-#: the Kafka client wraps it in an ``SslAuthenticationException``)
-_TLS_MARKERS: Final = (
-    "SSLHandshakeException",
-    "SslAuthenticationException",
-    "PKIX path",
-    "CertPathValidatorException",
-    "unable to find valid certification path",
-    "SSLException",
-)
-_JAVA_VERIFY: Final = (
-    "PKIX path",
-    "CertPathValidatorException",
-    "unable to find valid certification path",
-    "signature check failed",
-    "certificate_unknown",
-)
-
-
-def spark_tls_error(text: str, config: Mapping[str, Any], what: str) -> SparkTlsError:
-    """The :class:`SparkTlsError` of Java's report ``text`` of a failed TLS handshake: the
-    cause in words and the settings to check, ``ssl.ca.location`` always (it reaches Spark
-    as ``kafka.ssl.truststore.location``)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    ca = config.get("ssl.ca.location")
-    ca_text = (
-        f"ssl.ca.location={ca!r}"
-        if ca
-        else "ssl.ca.location (not set: Java's default truststore was used)"
-    )
-    lower = text.lower()
-    if "expired" in lower:
-        cause = (
-            f"certificate verification failed: a certificate has expired (checked with {ca_text})"
-        )
-    elif any(mark.lower() in lower for mark in _JAVA_VERIFY):
-        cause = (
-            "certificate verification failed: the broker's certificate is not signed by a CA "
-            f"in {ca_text} (or names another host, or has expired)"
-        )
-    else:
-        protocol = config.get("security.protocol", "PLAINTEXT")
-        cause = f"check {ca_text}, security.protocol={protocol} and bootstrap.servers"
-    # the most telling line: Java's own handshake exception before the Kafka client's
-    detail = (
-        next(
-            (
-                ln
-                for mark in _TLS_MARKERS
-                for ln in lines
-                if mark in ln and not ln.startswith("at ")
-            ),
-            lines[0] if lines else "",
-        )
-        .removeprefix("Caused by: ")
-        .lstrip(": ")
-    )
-    return SparkTlsError(
-        f"TLS handshake with {config.get('bootstrap.servers')} failed in Spark's Kafka source "
-        f"({what}): {cause}; Spark gets it as kafka.ssl.truststore.location "
-        f"(Java: {detail[:_MAX_DETAIL]})"
-    )
-
-
-def spark_kafka_error(exc: BaseException, config: Mapping[str, Any], what: str) -> AnalyticsError:
-    """A short, clear error for a failed Spark job reading Kafka (not a JVM stack trace): a
-    failed TLS handshake becomes a :class:`SparkTlsError` naming the cause and
-    ``ssl.ca.location``; an authentication or authorization failure a
-    :class:`SparkAuthenticationError` naming the cluster, the protocol, the mechanism and
-    the user."""
-    text = str(exc)
-    if any(mark in text for mark in _TLS_MARKERS):
-        return spark_tls_error(text, config, what)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    marker = next((m for m in _AUTH_MARKERS if m in text), None)
-    if marker is None:
-        detail = lines[0] if lines else type(exc).__name__
-        return AnalyticsError(f"{what} failed: {detail[:_MAX_DETAIL]}")
-    detail = next((ln for ln in lines if marker in ln), lines[0])
-    # "org.apache.kafka...SaslAuthenticationException: Authentication failed ..." -> the text
-    detail = detail.split(f"{marker}: ", 1)[-1] if f"{marker}: " in detail else detail
-    who = f"user {config['sasl.username']!r}" if config.get("sasl.username") else "no user"
-    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "-"
-    return SparkAuthenticationError(
-        f"{what}: Spark's Kafka source was refused by {config.get('bootstrap.servers')} "
-        f"(security.protocol={config.get('security.protocol', 'PLAINTEXT')}, "
-        f"sasl.mechanism={mechanism}, {who}): {marker}: {detail[:_MAX_DETAIL]}. Check "
-        "sasl.username/sasl.password (-X or --config-file; they reach Spark as "
-        "kafka.sasl.jaas.config) and the principal's ACLs"
-    )
 
 
 @dataclass(frozen=True)
@@ -550,139 +431,3 @@ def table_summary(spark: Any, path: str) -> dict[str, Any]:
 
 #: The totals :func:`table_summary` reports.
 SUMMARY_TOTALS: Final = ("consumed", "succeeded", "retried", "dlq_arrivals", "forwarded")
-
-
-# --------------------------------------------------------------------------------------------
-# DLQ report
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DlqReport:
-    """Where the DLQ report went and what it found."""
-
-    topics: dict[str, str]  # kafka -> logical
-    dead_letters: int
-    groups: int  # rows of the summary
-    table: Path  # Parquet
-    csv: Path
-    png: Path
-    export: Path | None
-    rows: list[dict[str, Any]]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "dlq_topics": sorted(self.topics.values()),
-            "dead_letters": self.dead_letters,
-            "summary_rows": self.groups,
-            "table": str(self.table),
-            "csv": str(self.csv),
-            "png": str(self.png),
-            "export": str(self.export) if self.export else None,
-        }
-
-
-def dlq_topics(
-    config: Mapping[str, Any], groups: Sequence[str] | None = None, *, timeout_s: float = 15.0
-) -> dict[str, str]:
-    """The existing DLQ topics: ``{kafka name: logical name}`` (all, or those of ``groups``)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = make_client(
-        AdminClient, admin_config(check_kafka_config(config, "dlq report")), what="admin client"
-    )
-    try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise client_error(exc, what="dlq report: listing the DLQ topics") from exc
-    out: dict[str, str] = {}
-    if groups:
-        for g in groups:
-            logical = naming.dlq_topic(g)
-            kafka = naming.to_kafka(logical)
-            if kafka in existing:
-                out[kafka] = logical
-            else:
-                log.warning("%s (%s) does not exist: nothing to report for it", logical, kafka)
-        return out
-    for kafka in sorted(existing):
-        if kafka.startswith(KAFKA_DLQ_PREFIX):
-            try:
-                out[kafka] = naming.from_kafka(kafka)
-            except TopicNameError:
-                out[kafka] = kafka  # a digest name: the RMQ_GROUP header names the group
-    return out
-
-
-def run_dlq_report(
-    spark: Any,
-    config: Mapping[str, Any],
-    output: str | os.PathLike[str],
-    *,
-    groups: Sequence[str] | None = None,
-    top_keys: int = 3,
-    export: bool = False,
-    kafka_extra: Mapping[str, str] | None = None,
-) -> DlqReport:
-    """Read the DLQ topics as a batch and write the report into ``output``:
-    ``dlq_summary/`` (Parquet), ``dlq_summary.csv``, ``dlq_report.png`` and, with
-    ``export``, ``dlq_export/`` (Avro, ``dlq_export.avsc``)."""
-    check_tls(config, kafka_extra, what="dlq report")
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    topics = dlq_topics(config, groups)
-    if topics:
-        raw = (
-            spark.read.format("kafka")
-            .options(**kafka_options(config, kafka_extra))
-            .option("subscribe", ",".join(sorted(topics)))
-            .option("includeHeaders", "true")
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .load()
-        )
-    else:
-        raw = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA)
-    entries = transforms.dlq_entries(raw, topics).cache()
-    try:
-        summary = transforms.dlq_summary(entries, top_keys=top_keys)
-        table = out / "dlq_summary"
-        try:
-            summary.write.mode("overwrite").parquet(str(table))  # the first Kafka read
-        except Exception as exc:
-            raise spark_kafka_error(exc, config, "dlq report") from exc
-        # the chart and the CSV label hours in the session time zone (UTC by default)
-        tz = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        labelled = spark.read.parquet(str(table)).withColumn(
-            "hour", F.date_format("hour", f"yyyy-MM-dd HH:00 '{tz}'")
-        )
-        rows = [r.asDict(recursive=True) for r in labelled.collect()]
-        rows.sort(key=lambda r: (r["hour"], -r["dead_letters"], r["origin_topic"], r["reason"]))
-        export_path = None
-        if export:
-            export_path = out / "dlq_export"
-            (
-                transforms.export_columns(entries)
-                .write.mode("overwrite")
-                .format("avro")
-                .option("avroSchema", dlq_export_schema().text)
-                .option("compression", "deflate")  # readable without snappy libraries
-                .save(str(export_path))
-            )
-    finally:
-        entries.unpersist()
-    csv_path = write_csv(rows, out / "dlq_summary.csv")
-    png = render_chart(rows, out / "dlq_report.png", title=dlq_title(list(topics.values())))
-    report = DlqReport(
-        topics=topics,
-        dead_letters=sum(int(r["dead_letters"]) for r in rows),
-        groups=len(rows),
-        table=table,
-        csv=csv_path,
-        png=png,
-        export=export_path,
-        rows=rows,
-    )
-    (out / "dlq_report.json").write_text(json.dumps(report.summary(), indent=2) + "\n", "utf-8")
-    return report

@@ -105,7 +105,8 @@ def add_analytics_parser(
 
 def run_analytics(args: argparse.Namespace, config: dict[str, Any]) -> int:
     """Run the job ``args`` names with the Kafka ``config``."""
-    from adapter.analytics.jobs import StreamJobOptions, run_consume_metrics, run_dlq_report
+    from adapter.analytics.dlq_report_job import run_dlq_report
+    from adapter.analytics.jobs import StreamJobOptions, run_consume_metrics
     from adapter.analytics.preflight import check_tls
     from adapter.analytics.session import build_spark_session
 

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from adapter.analytics import transforms
-from adapter.analytics.jobs import KAFKA_SOURCE_SCHEMA
+from adapter.analytics.kafka_source import KAFKA_SOURCE_SCHEMA
 from adapter.analytics.testing import shared_spark
 from adapter.core.message import view_of
 from adapter.core.trace import (

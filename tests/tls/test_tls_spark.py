@@ -15,12 +15,8 @@ from typing import Any
 import pytest
 
 from adapter import TlsError
-from adapter.analytics.jobs import (
-    StreamJobOptions,
-    read_metrics,
-    run_consume_metrics,
-    run_dlq_report,
-)
+from adapter.analytics.dlq_report_job import run_dlq_report
+from adapter.analytics.jobs import StreamJobOptions, read_metrics, run_consume_metrics
 from adapter.analytics.session import kafka_options
 from adapter.analytics.testing import shared_spark
 from adapter.core.trace import TraceEvent, TraceStatus

@@ -197,7 +197,7 @@ TLS_CONF = {
 
 def test_a_failed_java_tls_handshake_is_a_tls_error_naming_the_ca() -> None:
     from adapter.analytics.jars import SparkTlsError
-    from adapter.analytics.jobs import spark_kafka_error
+    from adapter.analytics.kafka_source import spark_kafka_error
     from adapter.errors import AdapterError, TlsError
 
     error = spark_kafka_error(RuntimeError(JAVA_WRONG_CA), TLS_CONF, "query q")
@@ -213,7 +213,7 @@ def test_a_failed_java_tls_handshake_is_a_tls_error_naming_the_ca() -> None:
 
 
 def test_an_expired_certificate_in_java_words_says_so() -> None:
-    from adapter.analytics.jobs import spark_kafka_error
+    from adapter.analytics.kafka_source import spark_kafka_error
 
     java = (
         "SslAuthenticationException: SSL handshake failed\nCaused by: javax.net.ssl."
