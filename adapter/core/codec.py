@@ -50,8 +50,9 @@ from adapter.constants import (
     SYSTEM_HEADERS,
 )
 from adapter.core.headers import HeaderView, RawHeader
-from adapter.core.message import Fields, Message, MessageExt, view_of
+from adapter.core.message import Message, MessageExt, view_of
 from adapter.core.naming import dlq_topic, from_kafka, is_retry_topic, retry_topic, to_kafka
+from adapter.core.record import Fields
 from adapter.errors import MalformedHeaderError, TopicNameError
 
 

@@ -4,6 +4,12 @@ Pure: no clients.  A received message is a lazy view over the Kafka record it wa
 from (anything with confluent-kafka's ``value() / key() / headers() / timestamp()``): its
 headers are decoded the first time a header-backed attribute is read, so a listener that
 only reads ``body`` pays for nothing else.
+
+Why the views stay in one module with :class:`MessageExt`: the consumers' hot path builds
+and reads views without a call per record (:func:`view_of`, :func:`split_fetch`,
+:func:`start_consuming`, :func:`plain_records`), writing and reading the view's slots
+directly; those slots are the class's own, so they stay beside it.  The record a view reads
+is in :mod:`adapter.core.record`.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 from adapter.constants import (
     HEADER_ORIGIN_BORN_MS,
@@ -27,14 +33,13 @@ from adapter.constants import (
 )
 from adapter.core.filter import TagFilter
 from adapter.core.headers import RawHeader, header_text, parse_non_negative, read_headers
+from adapter.core.record import TS_CREATE, TS_LOG_APPEND, Fields, Record
 
 __all__ = [
     "FetchedRun",
-    "Fields",
     "Message",
     "MessageExt",
     "RawHeader",
-    "Record",
     "body_bytes",
     "fetched_records",
     "plain_records",
@@ -84,63 +89,6 @@ class Message:
         if name == PROPERTY_KEYS:
             return self.keys_text
         return self.properties.get(name)
-
-
-class Record(Protocol):
-    """What a Kafka record offers (``confluent_kafka.Message`` fits)."""
-
-    def topic(self) -> Any: ...
-
-    def partition(self) -> Any: ...
-
-    def offset(self) -> Any: ...
-
-    def value(self) -> bytes | None: ...
-
-    def key(self) -> Any: ...
-
-    def headers(self) -> Any: ...
-
-    def timestamp(self) -> tuple[int, int]: ...
-
-
-#: ``timestamp()`` types (librdkafka): none, create time, log-append time.
-_TS_CREATE = 1
-_TS_LOG_APPEND = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Fields:
-    """A record given field by field (tools and tests build messages from these)."""
-
-    topic_: str
-    partition_: int
-    offset_: int
-    value_: bytes | None = None
-    key_: bytes | None = None
-    headers_: tuple[RawHeader, ...] | None = None
-    timestamp_: tuple[int, int] = (0, 0)
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def headers(self) -> tuple[RawHeader, ...] | None:
-        return self.headers_
-
-    def timestamp(self) -> tuple[int, int]:
-        return self.timestamp_
 
 
 class _Decoded(NamedTuple):
@@ -196,7 +144,7 @@ class MessageExt:
         header_errors: tuple[str, ...] = (),
     ) -> None:
         stamp = store_timestamp if store_timestamp is not None else born_timestamp
-        kind = 0 if stamp is None else (_TS_CREATE if born_timestamp is not None else 2)
+        kind = 0 if stamp is None else (TS_CREATE if born_timestamp is not None else TS_LOG_APPEND)
         self._rec: Record = Fields(
             kafka_topic, queue_id, queue_offset, body, sharding_key, raw_headers, (kind, stamp or 0)
         )
@@ -297,9 +245,9 @@ class MessageExt:
 
     def _timestamps(self) -> tuple[int | None, int | None]:
         kind, value = self._rec.timestamp()
-        stored = value if kind in (_TS_CREATE, _TS_LOG_APPEND) else None
+        stored = value if kind in (TS_CREATE, TS_LOG_APPEND) else None
         # a log-append time is when the broker stored it, not when it was born
-        return (stored if kind == _TS_CREATE else None, stored)
+        return (stored if kind == TS_CREATE else None, stored)
 
     # -- attributes ------------------------------------------------------------------------
     @property
@@ -433,7 +381,7 @@ class MessageExt:
             born: int | None = int(raw)
         else:
             kind, value = rec.timestamp()
-            born = value if kind == _TS_CREATE else None
+            born = value if kind == TS_CREATE else None
         key = rec.key()
         if isinstance(key, str):
             key = key.encode()
@@ -458,7 +406,7 @@ class MessageExt:
                 self._topic,
                 partition,
                 offset,
-                value if kind == _TS_CREATE else None,
+                value if kind == TS_CREATE else None,
                 key,
                 rec.value() or b"",
             )
