@@ -28,7 +28,6 @@ from adapter.constants import (
 from adapter.core import naming
 from adapter.core.codec import (
     Failure,
-    OmittedBody,
     RetryCopier,
     dlq_headers,
     forward_headers,
@@ -39,6 +38,7 @@ from adapter.core.codec import (
 from adapter.core.delay import DelayLevels
 from adapter.core.headers import RawHeader, header_text
 from adapter.core.message import MessageExt
+from adapter.core.omitted_body import OmittedBody
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, RetryNow
 from adapter.core.schedule import Placement
 

@@ -27,8 +27,9 @@ from adapter.constants import (
     PROPERTY_RETRY_TOPIC,
 )
 from adapter.core import naming
-from adapter.core.codec import OmittedBody, decode_record
+from adapter.core.codec import decode_record
 from adapter.core.message import MessageExt
+from adapter.core.omitted_body import OmittedBody
 from adapter.errors import AuthenticationError, InvalidInputError
 from adapter.io.config import check_kafka_config
 from adapter.io.errors import AUTH_CODES, FatalErrorWatch, make_client, wait_metadata

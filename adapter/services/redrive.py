@@ -23,9 +23,10 @@ from confluent_kafka import Producer as _KafkaProducer
 
 from adapter.constants import HOP_MESSAGE_MAX_BYTES, PROPERTY_UNIQ_KEY
 from adapter.core import naming
-from adapter.core.codec import OmittedBody, redrive_headers, replace_headers
+from adapter.core.codec import redrive_headers, replace_headers
 from adapter.core.headers import HeaderView
 from adapter.core.message import MessageExt
+from adapter.core.omitted_body import OmittedBody
 from adapter.errors import (
     AdapterError,
     AuthenticationError,

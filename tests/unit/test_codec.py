@@ -41,7 +41,6 @@ from adapter.constants import (
 from adapter.core import hops
 from adapter.core.codec import (
     Failure,
-    OmittedBody,
     decode_record,
     derived_message_id,
     dlq_headers,
@@ -56,6 +55,7 @@ from adapter.core.delay import DelayLevels
 from adapter.core.headers import HeaderView, parse_non_negative
 from adapter.core.message import Message, MessageExt
 from adapter.core.naming import dlq_topic, retry_topic, schedule_topic, to_kafka
+from adapter.core.omitted_body import OmittedBody
 from adapter.core.routing import DeadLetter, DeadLetterReason, RetryLater, route_failed
 from adapter.errors import MalformedHeaderError
 

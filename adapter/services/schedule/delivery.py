@@ -28,8 +28,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from adapter.core import hops
 from adapter.core.clock import Clock
-from adapter.core.codec import OmittedBody
 from adapter.core.engine.schedule import Entry, Mark, ScheduleAction, ScheduleEngine
+from adapter.core.omitted_body import OmittedBody
 from adapter.core.publishing import Escalation
 from adapter.core.types import TP
 from adapter.io.config import require_setting
