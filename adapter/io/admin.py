@@ -19,31 +19,21 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer as _KafkaConsumer
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from adapter.core.cluster import GroupInfo, Member, PartitionHealth, Record
-from adapter.core.headers import HeaderView
+from adapter.core.cluster import GroupInfo, Member, PartitionHealth
 from adapter.core.types import TP
-from adapter.errors import (
-    AuthenticationError,
-    BrokerUnavailableError,
-    KafkaClientError,
-)
+from adapter.errors import AuthenticationError, BrokerUnavailableError, KafkaClientError
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import (
     AUTH_CODES,
     UNREACHABLE_S,
     FatalErrorWatch,
+    auth_error,
     client_error,
     make_client,
-    permission_hint,
 )
 from adapter.io.topics import cluster_replication
 
@@ -76,50 +66,6 @@ _RETRIABLE: Final = frozenset(
 _NO_ANSWER: Final = _UNREACHABLE | {KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: ``OffsetSpec`` (untyped in confluent-kafka): earliest / latest / for_timestamp.
 _SPEC: Any = OffsetSpec
-
-
-def principal(config: Mapping[str, Any]) -> str:
-    """Who connects, for error messages: ``user 'admin' (SASL_PLAINTEXT, SCRAM-SHA-256) at
-    host:port``; the password never appears."""
-    user = config.get("sasl.username")
-    who = f"user {user!r}" if user else "no SASL user"
-    protocol = str(config.get("security.protocol", "plaintext")).upper()
-    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
-    how = f"{protocol}, {mechanism}" if mechanism else protocol
-    return f"{who} ({how}) at {config.get('bootstrap.servers')}"
-
-
-def _scrub(text: str, config: Mapping[str, Any]) -> str:
-    for key in ("sasl.password", "ssl.key.password", "ssl.keystore.password"):
-        secret = config.get(key)
-        if isinstance(secret, str) and secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def auth_error(config: Mapping[str, Any], what: str, detail: str, err: Any = None) -> Exception:
-    """An :class:`AuthenticationError` naming who was refused (never the password) and, for
-    an authorization refusal, the kind of permission missing."""
-    hint = permission_hint(err.code()) if isinstance(err, KafkaError) else ""
-    if hint and "missing permission" in detail:
-        hint = ""
-    return AuthenticationError(
-        _scrub(f"{what}: refused for {principal(config)}: {detail}{hint}", config), kafka_error=err
-    )
-
-
-def record_of(kmsg: Any) -> Record:
-    """The :class:`Record` of a confluent-kafka message."""
-    ts_type, ts = kmsg.timestamp()
-    value = kmsg.value()
-    return Record(
-        kafka_topic=kmsg.topic(),
-        partition=kmsg.partition(),
-        offset=kmsg.offset(),
-        timestamp_ms=ts if ts_type and ts >= 0 else None,
-        headers=dict(HeaderView.read(kmsg.headers()).text),
-        value_size=len(value) if value is not None else 0,
-    )
 
 
 class AdminSession:
@@ -579,26 +525,3 @@ def _health(tmd: Any) -> dict[int, PartitionHealth]:
 
 def _is_missing_group(err: Any) -> bool:
     return isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND
-
-
-def head_records(
-    session: AdminSession, ranges: Mapping[TP, tuple[int, int]], what: str
-) -> dict[TP, Record | None]:
-    """The first readable record of each partition at or after its start, before its end;
-    ``None`` when there is none (only transaction markers or aborted records)."""
-    heads: dict[TP, Record | None] = dict.fromkeys(
-        (tp for tp, (start, end) in ranges.items() if end > start), None
-    )
-    seen: set[TP] = set()
-
-    def visit(kmsg: Any) -> bool:
-        tp = (kmsg.topic(), kmsg.partition())
-        if tp not in seen:
-            seen.add(tp)
-            heads[tp] = record_of(kmsg)
-        return True
-
-    result = session.read(ranges, visit, what=what)
-    for tp in result.unfinished:  # unknown: no EOF, no record within the time limit
-        heads.pop(tp, None)
-    return heads

@@ -51,9 +51,9 @@ from adapter.core.control import (
     encode,
 )
 from adapter.errors import ConfigError, KafkaClientError
-from adapter.io.admin import AdminSession, auth_error
+from adapter.io.admin import AdminSession
 from adapter.io.config import producer_config
-from adapter.io.errors import AUTH_CODES, make_client, send_error
+from adapter.io.errors import AUTH_CODES, auth_error, make_client, send_error
 
 log = logging.getLogger("adapter.io.control")
 

@@ -542,3 +542,33 @@ def wait_metadata(
                     ) from None
             if now >= deadline:
                 raise
+
+
+def principal(config: Mapping[str, Any]) -> str:
+    """Who connects, for error messages: ``user 'admin' (SASL_PLAINTEXT, SCRAM-SHA-256) at
+    host:port``; the password never appears."""
+    user = config.get("sasl.username")
+    who = f"user {user!r}" if user else "no SASL user"
+    protocol = str(config.get("security.protocol", "plaintext")).upper()
+    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+    how = f"{protocol}, {mechanism}" if mechanism else protocol
+    return f"{who} ({how}) at {config.get('bootstrap.servers')}"
+
+
+def _scrub(text: str, config: Mapping[str, Any]) -> str:
+    for key in ("sasl.password", "ssl.key.password", "ssl.keystore.password"):
+        secret = config.get(key)
+        if isinstance(secret, str) and secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def auth_error(config: Mapping[str, Any], what: str, detail: str, err: Any = None) -> Exception:
+    """An :class:`AuthenticationError` naming who was refused (never the password) and, for
+    an authorization refusal, the kind of permission missing."""
+    hint = permission_hint(err.code()) if isinstance(err, KafkaError) else ""
+    if hint and "missing permission" in detail:
+        hint = ""
+    return AuthenticationError(
+        _scrub(f"{what}: refused for {principal(config)}: {detail}{hint}", config), kafka_error=err
+    )

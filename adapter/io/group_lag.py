@@ -23,7 +23,8 @@ from adapter.core.views import (
     start_rule,
     subscribed_topics,
 )
-from adapter.io.admin import AdminSession, Ends, head_records
+from adapter.io.admin import AdminSession, Ends
+from adapter.io.head_records import head_records
 
 __all__ = ["PROBE_LAG_MAX", "GroupLag", "known_ends", "read_group_lag", "readable"]
 

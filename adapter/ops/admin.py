@@ -44,9 +44,10 @@ from adapter.core.views import (
     reset_offsets,
 )
 from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
-from adapter.io.admin import AdminSession, head_records, record_of
+from adapter.io.admin import AdminSession
 from adapter.io.control import publish_reset, read_statuses
 from adapter.io.group_lag import known_ends, read_group_lag
+from adapter.io.head_records import head_records, record_of
 from adapter.ops.errors import (
     GroupLiveError,
     GroupNotFoundError,
