@@ -18,7 +18,7 @@ from adapter.core.delay import DelayLevels
 from adapter.io.topics import TopicPlan, ensure_topics, plan_topics
 from adapter.services.dlq import read_dlq
 from adapter.services.schedule import DeliveryGuarantee
-from adapter.services.schedule.service import DESTINATION_TTL_S
+from adapter.services.schedule.destinations import DESTINATION_TTL_S
 from tests.support.collector import Collector
 from tests.support.consumer_helpers import wait_until
 

@@ -15,14 +15,10 @@ from adapter.core.hops import OutRecord
 from adapter.core.publishing import Escalation
 from adapter.errors import ConfigError
 from adapter.services.schedule import DeliveryGuarantee, ScheduleServiceSettings, ScheduleStats
-from adapter.services.schedule.delivery import (
-    DELIVERIES,
-    AtLeastOnce,
-    Copy,
-    ExactlyOnce,
-    omitted_body,
-    purged,
-)
+from adapter.services.schedule.at_least_once import AtLeastOnce
+from adapter.services.schedule.delivery import Copy, omitted_body, purged
+from adapter.services.schedule.exactly_once import ExactlyOnce
+from adapter.services.schedule.service_loop import DELIVERIES
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from adapter.services.schedule.delivery import TxnCaller
+from adapter.services.schedule.txn import TxnCaller
 
 
 def test_a_call_that_returns_in_time_returns() -> None:

@@ -3,17 +3,15 @@ delivery guarantees (:mod:`.delivery`, transactional calls in :mod:`.txn`).  Its
 stats are in :mod:`.options`, level-topic names in :mod:`.levels`, destination checks in
 :mod:`.destinations`, pausing the consumer in :mod:`.pausing`."""
 
-from adapter.services.schedule.options import ScheduleServiceOptionsDict
-from adapter.services.schedule.service import (
-    INVALID_SCHEDULE_ENTRY,
+from adapter.services.schedule.levels import level_delay_ms, level_topics_pattern
+from adapter.services.schedule.options import (
     DeliveryGuarantee,
-    ScheduleService,
     ScheduleServiceOptions,
+    ScheduleServiceOptionsDict,
     ScheduleServiceSettings,
     ScheduleStats,
-    level_delay_ms,
-    level_topics_pattern,
 )
+from adapter.services.schedule.service import INVALID_SCHEDULE_ENTRY, ScheduleService
 
 __all__ = [
     "INVALID_SCHEDULE_ENTRY",
