@@ -30,6 +30,15 @@ With ``tls=True`` every node also has an ``SSL`` and a ``SASL_SSL`` (SCRAM-SHA-2
 ``start()`` is idempotent across processes: if ``state.json`` names live nodes that accept
 connections they are reused. The nodes are detached (own session), so they outlive the Python
 process that started them until ``stop()`` is called.
+
+Why one module: :class:`EmbeddedKafka` is the lifecycle of one instance (not started,
+running, partly down, paused, stopped), kept in its state files; every transition --
+``start`` with its port choice, relaunch retries and readiness wait, ``stop``, ``restart``,
+a node brought back -- runs under the instance's file lock and reads and writes the same
+``instance.json`` and ``state.json``.  What needs none of that lives beside it: the
+generated configs (:mod:`.config`), the state files' format (:mod:`.state`), one JVM
+(:mod:`.node`), the metadata questions (:mod:`.metadata`), certificates (:mod:`.tls`) and
+the jars (:mod:`.jars`).
 """
 
 from __future__ import annotations

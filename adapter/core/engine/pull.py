@@ -33,6 +33,12 @@ flight (buffered, invisible, or being copied), else the next offset to fetch.  A
 therefore re-delivers what was invisible and never loses it.  A copy the broker does not
 take for a transient reason makes the message visible again here, with its delivery attempt
 counted (RocketMQ: visible again once the invisible time is over).
+
+It stays one module, one state machine: the receipt handles and their leases, the deadline
+heap and each partition's buffer and offsets in flight are read and written together by
+every event (a receive, an ack, a renew, an expiry, a revoke), and the invariants (a
+message stays in flight until acknowledged or copied, an offset never moves back) hold only
+across all of them.
 """
 
 from __future__ import annotations
