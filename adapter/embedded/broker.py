@@ -319,7 +319,8 @@ class EmbeddedKafka(ClusterMetadata):
         return self.instance_dir / "instance.json"
 
     @property
-    def _lock_file(self) -> Path:
+    def lock_file(self) -> Path:
+        """The instance's lock: every lifecycle step, of the instance or of one node, holds it."""
         return self.instance_dir / ".lock"
 
     @property
@@ -343,7 +344,7 @@ class EmbeddedKafka(ClusterMetadata):
 
         ``fresh=True`` stops a running instance and wipes its data first. Nodes that are
         down (killed, stopped) in a running cluster are started again."""
-        with file_lock(self._lock_file):
+        with file_lock(self.lock_file):
             if fresh:
                 # whatever this instance ran before, however many nodes it had
                 EmbeddedKafka.existing(
@@ -371,14 +372,14 @@ class EmbeddedKafka(ClusterMetadata):
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Gracefully stop every node (SIGTERM, then SIGKILL). True if one was running."""
-        with file_lock(self._lock_file):
+        with file_lock(self.lock_file):
             return self._stop_locked(timeout)
 
     def restart(self, *, hard: bool = False, timeout: float = READY_TIMEOUT_S) -> str:
         """Stop every node (SIGTERM, or SIGKILL with ``hard=True``) and start them again on
         the same ports and with the same data, so clients can reconnect to the same
         bootstrap."""
-        with file_lock(self._lock_file):
+        with file_lock(self.lock_file):
             state = read_json(self.state_file) or {}
             for node in self.nodes:
                 entry = node_entry(state, node.node_id)
@@ -494,11 +495,13 @@ class EmbeddedKafka(ClusterMetadata):
 
     # ---- state files -----------------------------------------------------------------------
 
-    def _state_node(self, node_id: int) -> dict[str, Any] | None:
+    def state_node(self, node_id: int) -> dict[str, Any] | None:
+        """The node's entry in ``state.json`` (pid, ports); ``None`` when not started."""
         state = read_json(self.state_file)
         return None if state is None else node_entry(state, node_id)
 
-    def _set_state_pid(self, node_id: int, pid: int) -> None:
+    def set_state_pid(self, node_id: int, pid: int) -> None:
+        """Record a relaunched node's pid in ``state.json``."""
         state = read_json(self.state_file)
         if state is None:
             raise EmbeddedKafkaError(f"embedded Kafka {self.name!r} is not started")
@@ -507,7 +510,8 @@ class EmbeddedKafka(ClusterMetadata):
             state["pid"] = pid
         write_json(self.state_file, state)
 
-    def _node_ports(self, node_id: int) -> tuple[int, int] | None:
+    def node_ports(self, node_id: int) -> tuple[int, int] | None:
+        """The node's (client, controller) ports in ``instance.json``; ``None``: never started."""
         config = read_json(self._config_file) or {}
         ports = config_ports(config, self.brokers)
         return ports.get(node_id)
@@ -675,7 +679,7 @@ class EmbeddedKafka(ClusterMetadata):
             },
         )
         try:
-            self._wait_ready(pids, started + timeout, bootstrap=bootstrap)
+            self.wait_ready(pids, started + timeout, bootstrap=bootstrap)
         except EmbeddedKafkaError:
             for node in self.nodes:
                 with contextlib.suppress(ProcessLookupError):
@@ -695,7 +699,7 @@ class EmbeddedKafka(ClusterMetadata):
         )
         return bootstrap
 
-    def _wait_ready(self, pids: Mapping[int, int], deadline: float, *, bootstrap: str) -> None:
+    def wait_ready(self, pids: Mapping[int, int], deadline: float, *, bootstrap: str) -> None:
         """Until every node in ``pids`` accepts connections and the cluster's metadata (asked
         through ``bootstrap``) lists it; a node whose JVM exits fails at once."""
         waiting = dict(pids)

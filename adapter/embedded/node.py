@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
 
@@ -32,9 +32,6 @@ from adapter.embedded.jars import (
     tail,
     which,
 )
-
-if TYPE_CHECKING:
-    from adapter.embedded.broker import EmbeddedKafka
 
 __all__ = [
     "HOST",
@@ -241,13 +238,35 @@ logger.state-change.level = WARN
 # --------------------------------------------------------------------------------------------
 
 
+class NodeHost(Protocol):
+    """What a node needs of its instance (an :class:`~adapter.embedded.broker.EmbeddedKafka`):
+    its name, jar home and JVM settings, its lock and state files, and the readiness wait."""
+
+    name: str
+    home: Path
+    heap: str
+    jvm_options: tuple[str, ...]
+
+    @property
+    def lock_file(self) -> Path: ...
+
+    def node_ports(self, node_id: int) -> tuple[int, int] | None: ...
+
+    def state_node(self, node_id: int) -> dict[str, Any] | None: ...
+
+    def set_state_pid(self, node_id: int, pid: int) -> None: ...
+
+    def wait_ready(self, pids: Mapping[int, int], deadline: float, *, bootstrap: str) -> None: ...
+
+
 class KafkaNode:
-    """One JVM of an :class:`EmbeddedKafka`: a broker and a controller (KRaft combined mode).
+    """One JVM of an :class:`~adapter.embedded.broker.EmbeddedKafka`: a broker and a
+    controller (KRaft combined mode).
 
     Got from :meth:`EmbeddedKafka.node`; its methods take the instance's lock, so a node can
     be bounced while clients of the others keep running."""
 
-    def __init__(self, cluster: EmbeddedKafka, node_id: int, directory: Path) -> None:
+    def __init__(self, cluster: NodeHost, node_id: int, directory: Path) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self.directory = directory
@@ -271,7 +290,7 @@ class KafkaNode:
         return self.directory / "server.properties"
 
     def _ports(self) -> tuple[int, int]:
-        ports = self.cluster._node_ports(self.node_id)
+        ports = self.cluster.node_ports(self.node_id)
         if ports is None:
             raise EmbeddedKafkaError(f"{self!r} was never started")
         return ports
@@ -286,7 +305,7 @@ class KafkaNode:
 
     @property
     def pid(self) -> int | None:
-        entry = self.cluster._state_node(self.node_id)
+        entry = self.cluster.state_node(self.node_id)
         return None if entry is None else int(entry["pid"])
 
     def owns(self, pid: int) -> bool:
@@ -295,7 +314,7 @@ class KafkaNode:
         return _pid_is_broker(pid, self.properties_file) and pid_alive(pid)
 
     def status(self) -> NodeStatus | None:
-        entry = self.cluster._state_node(self.node_id)
+        entry = self.cluster.state_node(self.node_id)
         if entry is None:
             return None
         pid, port = int(entry["pid"]), int(entry["port"])
@@ -315,7 +334,7 @@ class KafkaNode:
 
     def kill(self) -> None:
         """SIGKILL this node without any cleanup; :meth:`start` brings it back."""
-        with file_lock(self.cluster._lock_file):
+        with file_lock(self.cluster.lock_file):
             pid = self._require_pid()
             self._signal(pid, signal.SIGKILL)
             wait_dead(pid, 30.0)
@@ -331,22 +350,22 @@ class KafkaNode:
     def stop(self, timeout: float = 30.0) -> bool:
         """Controlled shutdown (SIGTERM: leadership moves off first), then SIGKILL after
         ``timeout``. True if the node was running."""
-        with file_lock(self.cluster._lock_file):
+        with file_lock(self.cluster.lock_file):
             return self._stop_locked(timeout)
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> str:
         """Start this node again (same ports, same data) unless it runs; return its
         bootstrap once the cluster lists it."""
-        with file_lock(self.cluster._lock_file):
-            entry = self.cluster._state_node(self.node_id)
+        with file_lock(self.cluster.lock_file):
+            entry = self.cluster.state_node(self.node_id)
             if entry is not None and self.owns(int(entry["pid"])):
                 return self.bootstrap_servers
             return self._relaunch_locked(timeout)
 
     def restart(self, *, hard: bool = False, timeout: float = READY_TIMEOUT_S) -> str:
         """Stop (controlled, or SIGKILL with ``hard=True``) and start on the same ports."""
-        with file_lock(self.cluster._lock_file):
-            entry = self.cluster._state_node(self.node_id)
+        with file_lock(self.cluster.lock_file):
+            entry = self.cluster.state_node(self.node_id)
             if entry is not None and self.owns(int(entry["pid"])):
                 pid = int(entry["pid"])
                 if hard:
@@ -359,7 +378,7 @@ class KafkaNode:
     # ---- internals -----------------------------------------------------------------------
 
     def _require_pid(self) -> int:
-        entry = self.cluster._state_node(self.node_id)
+        entry = self.cluster.state_node(self.node_id)
         if entry is None or not self.owns(int(entry["pid"])):
             raise EmbeddedKafkaError(f"{self!r} is not running")
         return int(entry["pid"])
@@ -390,7 +409,7 @@ class KafkaNode:
             wait_dead(pid, 10.0)
 
     def _stop_locked(self, timeout: float) -> bool:
-        entry = self.cluster._state_node(self.node_id)
+        entry = self.cluster.state_node(self.node_id)
         if entry is None or not self.owns(int(entry["pid"])):
             return False
         self._terminate(int(entry["pid"]), timeout)
@@ -399,8 +418,8 @@ class KafkaNode:
     def _relaunch_locked(self, timeout: float) -> str:
         lib = ensure_jars(self.cluster.home)
         pid = self.spawn(lib)
-        self.cluster._set_state_pid(self.node_id, pid)
-        self.cluster._wait_ready(
+        self.cluster.set_state_pid(self.node_id, pid)
+        self.cluster.wait_ready(
             {self.node_id: pid}, time.monotonic() + timeout, bootstrap=self.bootstrap_servers
         )
         return self.bootstrap_servers
