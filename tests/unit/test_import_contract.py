@@ -1,5 +1,5 @@
 """The import contract: the layers of ``adapter/`` hold, no module imports another's private
-names, and there is no import cycle.
+names, and there is no import cycle (type-only imports included).
 
 Read from the source (``ast``), not by importing it, so a violation behind a lazy import or an
 ``importlib`` call is found too.  The layers, lowest first:
@@ -256,8 +256,9 @@ def test_no_private_names_of_client_libraries() -> None:
     assert not violations, "\n".join(violations)
 
 
-def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the adapter modules importing it runs, lazy imports included.  Importing
+def import_graph(known: dict[str, Path], *, runtime_only: bool = True) -> dict[str, set[str]]:
+    """Module -> the adapter modules importing it runs, lazy imports included (and the
+    type-only ones, unless ``runtime_only``).  Importing
     ``a.b.c`` runs the packages ``a`` and ``a.b`` too, so a module outside a package depends on
     that package's ``__init__`` (and on what it re-exports).  A package's own modules importing
     the package (``from adapter.cli import topics``) are left out: the package runs first, so
@@ -265,7 +266,7 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
         own = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for target, names, _ in imports(name, path):
+        for target, names, _ in imports(name, path, runtime_only=runtime_only):
             parts = target.split(".")
             parents = [".".join(parts[:i]) for i in range(2, len(parts))]
             for mod in [*_resolved(target, names, known), *parents]:
@@ -281,6 +282,21 @@ def test_no_import_cycles() -> None:
     """Runtime imports between adapter modules (lazy ones too) form no cycle."""
     cycles = _cycles(import_graph(modules()))
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+#: type-only import circles still to be undone (the SimpleConsumer's package is being
+#: restructured: its options name the consumer for a type)
+TYPE_ONLY_CYCLES_LEFT = [
+    ["adapter.clients.simple.simple_consumer", "adapter.clients.simple.simple_options"],
+]
+
+
+def test_no_import_cycles_type_only_imports_included() -> None:
+    """Imports under ``if TYPE_CHECKING:`` count too: a drawing of the modules' imports has
+    no circle (but the ones listed in :data:`TYPE_ONLY_CYCLES_LEFT`)."""
+    cycles = _cycles(import_graph(modules(), runtime_only=False))
+    new = [c for c in cycles if c not in TYPE_ONLY_CYCLES_LEFT]
+    assert not new, "\n".join(" <-> ".join(c) for c in new)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
