@@ -281,11 +281,15 @@ class RetryStack:
         self.kafka_image, self.service_image = kafka_choice, service_choice
         started = self._clock.monotonic()
         try:
-            self._start_containers(kafka_choice.image, service_choice.image)
+            self._start_kafka(kafka_choice.image)
             deadline = started + self._timeout_s
             self._open_probe()
             try:
                 self._wait("the broker", self._broker_serving, deadline)
+                # the service only once the broker serves: started beside it, it found no
+                # broker and exited within seconds (it says so at once to a user who runs it
+                # against a wrong address)
+                self._start_service(service_choice.image)
                 self._wait("the ScheduleService", self._service_serving, deadline)
             finally:
                 self._close_probe()
@@ -319,7 +323,7 @@ class RetryStack:
 
         testcontainers_config.ryuk_disabled = True
 
-    def _start_containers(self, kafka_image: str, service_image: str) -> None:
+    def _start_kafka(self, kafka_image: str) -> None:
         from testcontainers.core.container import DockerContainer
         from testcontainers.core.network import Network
 
@@ -342,8 +346,12 @@ class RetryStack:
             .with_name(f"rmq-retry-stack-{self.id}-kafka")
         )
         self._kafka.start()
+
+    def _start_service(self, service_image: str) -> None:
+        from testcontainers.core.container import DockerContainer
+
         self._service = (
-            DockerContainer(service_image, labels=labels)
+            DockerContainer(service_image, labels=self.labels)
             .with_network(self._network)
             .with_network_aliases(SCHEDULE_ALIAS)
             .with_env("KAFKA_BOOTSTRAP_SERVERS", self.internal_bootstrap_servers)
