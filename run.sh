@@ -7,7 +7,7 @@
 #   ./run.sh test-cluster  the opt-in cluster tier: every bounce scenario on a three-node cluster
 #   ./run.sh conformance   the opt-in conformance tier: each scenario on a real RocketMQ and on the adapter
 #   ./run.sh test-console  the opt-in console tier: the retry console in a real browser (Chromium), the dashboard from a real Prometheus
-#   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service
+#   ./run.sh test-docker   the opt-in Docker tier: container mode, the retry stack, examples/retry-service, the Docker stack
 #   ./run.sh test-tls      the opt-in TLS tier: every component over SSL and SASL_SSL, TLS errors, ACL sets
 #   ./run.sh bench   the benchmarks against raw confluent-kafka (same run, same broker)
 #   ./run.sh docs    the documentation site into site/ (MkDocs, --strict, offline)

@@ -16,16 +16,19 @@
 #      its own needs (tests/docker/test_docker_available.py)
 #   5. the example project (examples/retry-service) as a user runs it: a venv of its own, the
 #      adapter pip-installed from this checkout, then pytest
+#   6. the Docker stack (docker/compose.yaml, one broker) as docker/up.sh brings it up: the
+#      retry ladder and the DLQ, the share group, the Spark job's Parquet windows, Prometheus
+#      and the retry console (tests/docker/test_stack.py; docker/build.sh builds its images)
 #
 # Environment: PYTHON (the project's venv python, default .venv/bin/python), RMQ_TEST_WORKERS
 # (pytest workers for step 3, default 2), RMQ_DOCKER_TIER_STEPS (default "engine images
-# container-mode retry-stack example": a subset runs only those).
+# container-mode retry-stack example stack": a subset runs only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 WORK="$ROOT/.cache/docker"
-STEPS=" ${RMQ_DOCKER_TIER_STEPS:-engine images container-mode retry-stack example} "
+STEPS=" ${RMQ_DOCKER_TIER_STEPS:-engine images container-mode retry-stack example stack} "
 step() { case "$STEPS" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$WORK"
 
@@ -85,5 +88,9 @@ if step example; then
   env -u PYTHONPATH "$venv/bin/python" -m pip install -q "$ROOT[containers]"
   env -u PYTHONPATH "$venv/bin/python" -m pip install -q -e "$example[test]"
   (cd "$example" && env -u PYTHONPATH "$venv/bin/python" -m pytest -p no:cacheprovider) || rc=1
+fi
+if step stack; then
+  echo "==> the Docker stack (docker/compose.yaml: broker, ScheduleService, consumers, Spark, Prometheus, console)"
+  RMQ_DOCKER_TESTS=1 "$PY" -m pytest -p no:cacheprovider -n0 -s tests/docker/test_stack.py || rc=1
 fi
 exit "$rc"
