@@ -137,12 +137,12 @@ def dropin_poll_scenario(bench: Bench, size: int = 100) -> Scenario:
     topic = bench.topic()
     bench.fill(topic, n, size)
     for _ in range(bench.repeats):
-        sc.raw.append(measure(partial(_poll_loop, bench, RawConsumer, topic, n)))
-        sc.ours.append(measure(partial(_poll_loop, bench, DropInConsumer, topic, n)))
+        sc.raw.append(measure(partial(poll_loop, bench, RawConsumer, topic, n)))
+        sc.ours.append(measure(partial(poll_loop, bench, DropInConsumer, topic, n)))
     return sc
 
 
-def _poll_loop(bench: Bench, cls: Any, topic: str, n: int) -> tuple[int, float, float]:
+def poll_loop(bench: Bench, cls: Any, topic: str, n: int) -> tuple[int, float, float]:
     """The textbook loop: ``poll()``, an error check, the message handed on, offsets stored
     by ``enable.auto.offset.store`` and committed in the background."""
     options = {"delay_levels": BENCH_LEVELS, "namespace": "bench", "partitions": 1}

@@ -1,16 +1,26 @@
 """Benchmark rows of the PushConsumer's no-op listener traced with OpenTelemetry, against
 the same consumer untraced in the same run (the ``raw`` columns of these rows): with the
 API's no-op tracer provider, and with the SDK's batch span processor and an exporter that
-drops what it is given (the cost of making the spans, not of shipping them)."""
+drops what it is given (the cost of making the spans, not of shipping them).
+
+Beside them, a plain ``poll()`` loop traced the way confluent-kafka users trace one today
+(``opentelemetry-instrumentation-confluent-kafka``, a span per ``poll``), against the same
+raw loop untraced, and the drop-in's ``poll()`` loop traced by the adapter against the
+drop-in untraced: both with the SDK's batch span processor, in the same run."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+from confluent_kafka import Consumer as RawConsumer
+
 from adapter import telemetry
-from adapter.bench.harness import Bench, Scenario
+from adapter.bench.harness import Bench, Scenario, measure
+from adapter.bench.pull import poll_loop
+from adapter.kafka import Consumer as DropInConsumer
 
 __all__ = ["tracing_scenarios"]
 
@@ -43,6 +53,9 @@ def _providers() -> list[tuple[str, Callable[[], Any]]] | None:
     return [("no-op tracer provider", NoOpTracerProvider), ("SDK batch span processor", sdk)]
 
 
+SDK_LABEL = "SDK batch span processor"
+
+
 def tracing_scenarios(bench: Bench, batches: tuple[int, ...] = (1, 32)) -> list[Scenario]:
     """One row per batch size and provider: ``ours`` traced, ``raw`` untraced."""
     providers = _providers()
@@ -71,4 +84,63 @@ def tracing_scenarios(bench: Bench, batches: tuple[int, ...] = (1, 32)) -> list[
                     if shutdown is not None:
                         shutdown()
             out.append(sc)
+    sdk = dict(providers)[SDK_LABEL]
+    out.append(_dropin_poll_traced(bench, sdk))
+    contrib = _contrib_poll_traced(bench, sdk)
+    if contrib is not None:
+        out.append(contrib)
     return out
+
+
+def _dropin_poll_traced(bench: Bench, sdk: Callable[[], Any]) -> Scenario:
+    """The drop-in's ``poll()`` loop traced by the adapter (a ``receive`` span per poll)
+    against the drop-in untraced."""
+    n = bench.n
+    topic = bench.topic()
+    bench.fill(topic, n, 100)
+    sc = Scenario(f"drop-in poll() loop traced ({SDK_LABEL}) vs untraced (the raw columns)")
+    for _ in range(bench.repeats):
+        sc.raw.append(measure(partial(poll_loop, bench, DropInConsumer, topic, n)))
+        provider = sdk()
+        telemetry.instrument(tracer_provider=provider)
+        try:
+            sc.ours.append(measure(partial(poll_loop, bench, DropInConsumer, topic, n)))
+        finally:
+            telemetry.uninstrument()
+            provider.shutdown()
+    return sc
+
+
+def _contrib_poll_traced(bench: Bench, sdk: Callable[[], Any]) -> Scenario | None:
+    """A raw confluent-kafka ``poll()`` loop traced by
+    ``opentelemetry-instrumentation-confluent-kafka`` against the same loop untraced;
+    ``None`` (with a warning) when that package is not installed."""
+    try:
+        from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
+    except ImportError:
+        log.warning(
+            "the opentelemetry-instrumentation-confluent-kafka row skipped: not installed "
+            "(it is in the test extra)"
+        )
+        return None
+    n = bench.n
+    topic = bench.topic()
+    bench.fill(topic, n, 100)
+    sc = Scenario(
+        "raw poll() loop traced by opentelemetry-instrumentation-confluent-kafka "
+        f"({SDK_LABEL}) vs untraced (the raw columns)"
+    )
+    for _ in range(bench.repeats):
+        sc.raw.append(measure(partial(poll_loop, bench, RawConsumer, topic, n)))
+        provider = sdk()
+
+        def traced(config: dict[str, Any], _provider: Any = provider) -> Any:
+            return ConfluentKafkaInstrumentor.instrument_consumer(
+                RawConsumer(config), tracer_provider=_provider
+            )
+
+        try:
+            sc.ours.append(measure(partial(poll_loop, bench, traced, topic, n)))
+        finally:
+            provider.shutdown()
+    return sc
