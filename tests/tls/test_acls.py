@@ -323,6 +323,22 @@ def test_an_orderly_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_pa
                     ("poison", 2), ("b", 0)]  # fmt: skip
 
 
+def _service_and_dropin(
+    broker: EmbeddedKafka, user: str, group: str, ns: str
+) -> tuple[ScheduleService, DropInConsumer]:
+    """A ScheduleService as ``service`` and a drop-in consumer of ``group`` as ``user``, on
+    the namespace's short ladder (not started: the ``with`` block starts them)."""
+    return (
+        ScheduleService(_as(broker, "service"), delay_levels=LEVELS, namespace=ns, partitions=1),
+        DropInConsumer(
+            _as(broker, user, **{"group.id": group, "auto.offset.reset": "earliest"}),
+            delay_levels=LEVELS,
+            namespace=ns,
+            partitions=1,
+        ),
+    )
+
+
 def test_a_dropin_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_path: Path) -> None:
     """Consumes, sends a retry through the delay levels (a ScheduleService with exactly its
     own set forwards it) and a dead letter."""
@@ -333,15 +349,8 @@ def test_a_dropin_consumer_with_exactly_its_acls(broker: EmbeddedKafka, tmp_path
     _apply(broker, tmp_path, "service", "--role", "schedule-service", "--namespace", ns)
     send(admin, topic, ["ok", "flaky", "dead"])
     got: list[tuple[str, int]] = []
-    with (
-        ScheduleService(_as(broker, "service"), delay_levels=LEVELS, namespace=ns, partitions=1),
-        DropInConsumer(
-            _as(broker, "consumer", **{"group.id": group, "auto.offset.reset": "earliest"}),
-            delay_levels=LEVELS,
-            namespace=ns,
-            partitions=1,
-        ) as c,
-    ):
+    service, dropin = _service_and_dropin(broker, "consumer", group, ns)
+    with service, dropin as c:
         c.subscribe([topic])
 
         def step() -> bool:
@@ -500,15 +509,8 @@ def test_a_dropin_without_write_on_the_delay_levels_holds_its_retry_until_it_may
     send(admin, topic, ["flaky", "after"])
     got: list[tuple[str, int]] = []
     caplog.set_level("WARNING")
-    with (
-        ScheduleService(_as(broker, "service"), delay_levels=LEVELS, namespace=ns, partitions=1),
-        DropInConsumer(
-            _as(broker, "consumer-less", **{"group.id": group, "auto.offset.reset": "earliest"}),
-            delay_levels=LEVELS,
-            namespace=ns,
-            partitions=1,
-        ) as c,
-    ):
+    service, dropin = _service_and_dropin(broker, "consumer-less", group, ns)
+    with service, dropin as c:
         c.subscribe([topic])
 
         def step() -> None:
@@ -536,9 +538,10 @@ def test_a_dropin_without_write_on_the_delay_levels_holds_its_retry_until_it_may
             return ("flaky", 1) in got
 
         wait_until(back, 90, "the retry once WRITE on the delay levels is back")
-        wait_until(
-            lambda: step() or session.committed(group).get((topic, 0)) == 2,
-            30,
-            "the committed offset past both messages",
-        )
+
+        def past_both() -> bool:
+            step()
+            return session.committed(group).get((topic, 0)) == 2
+
+        wait_until(past_both, 30, "the committed offset past both messages")
     assert sorted(got) == [("after", 0), ("flaky", 0), ("flaky", 1)]
