@@ -1,0 +1,59 @@
+"""The operations a :class:`~adapter.clients.simple.simple_consumer.SimpleConsumer` offers,
+as a :class:`typing.Protocol` every backend (classic consumer group, share group) satisfies.
+
+``lock_duration`` is share-only and therefore not part of the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Protocol, Self
+
+from adapter.clients.simple.message_view import FilterExpression, MessageView, PullFuture
+from adapter.core.types import TP
+
+__all__ = ["BACKEND_OPERATIONS", "Backend"]
+
+
+class Backend(Protocol):
+    """What a SimpleConsumer backend does; the public SimpleConsumer surface."""
+
+    def subscribe(
+        self, topic: str, filter_expression: str | FilterExpression | None = "*"
+    ) -> None: ...
+    def unsubscribe(self, topic: str) -> None: ...
+    @property
+    def subscriptions(self) -> dict[str, str]: ...
+    def start(self) -> Self: ...
+    def startup(self) -> Self: ...
+    def shutdown(self, timeout: float | None = None) -> None: ...
+    def check_alive(self) -> None: ...
+    @property
+    def await_duration(self) -> float: ...
+    @await_duration.setter
+    def await_duration(self, value: float | timedelta) -> None: ...
+    def receive(
+        self, max_message_num: int, invisible_duration: float | timedelta
+    ) -> list[MessageView]: ...
+    def receive_async(
+        self, max_message_num: int, invisible_duration: float | timedelta
+    ) -> PullFuture[list[MessageView]]: ...
+    def ack(self, message: MessageView) -> None: ...
+    def ack_async(self, message: MessageView) -> PullFuture[None]: ...
+    def change_invisible_duration(
+        self, message: MessageView, invisible_duration: float | timedelta
+    ) -> str: ...
+    def change_invisible_duration_async(
+        self, message: MessageView, invisible_duration: float | timedelta
+    ) -> PullFuture[str]: ...
+    @property
+    def assignment(self) -> set[TP]: ...
+    def stats(self) -> Mapping[str, Any]: ...
+    def running_info(self) -> dict[str, Any]: ...
+
+
+#: The public operation names of :class:`Backend`, in declaration order.
+BACKEND_OPERATIONS: tuple[str, ...] = tuple(
+    name for name in vars(Backend) if not name.startswith("_")
+)
