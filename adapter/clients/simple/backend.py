@@ -6,7 +6,6 @@ as a :class:`typing.Protocol` every backend (classic consumer group, share group
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Protocol, Self
 
@@ -18,6 +17,15 @@ __all__ = ["BACKEND_OPERATIONS", "Backend"]
 
 class Backend(Protocol):
     """What a SimpleConsumer backend does; the public SimpleConsumer surface."""
+
+    @property
+    def consumer_group(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def retry_topic(self) -> str: ...
+    @property
+    def dlq_topic(self) -> str: ...
 
     def subscribe(
         self, topic: str, filter_expression: str | FilterExpression | None = "*"
@@ -49,7 +57,7 @@ class Backend(Protocol):
     ) -> PullFuture[str]: ...
     @property
     def assignment(self) -> set[TP]: ...
-    def stats(self) -> Mapping[str, Any]: ...
+    def stats(self) -> dict[str, Any]: ...
     def running_info(self) -> dict[str, Any]: ...
 
 
