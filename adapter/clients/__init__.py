@@ -8,6 +8,3 @@ One package per client, over what every group member shares:
 * :mod:`.dropin` -- the pieces of the ``adapter.kafka`` drop-in;
 * :mod:`.producer` -- the producer.
 """
-
-# every SimpleConsumer backend registers itself on import
-from adapter.clients.share import share_consumer as share_consumer

@@ -26,8 +26,11 @@ from confluent_kafka.admin import (
 
 from adapter import ConfigError, InvalidInputError, Message
 from adapter.clients.share.poll_state import PollState
-from adapter.clients.share.share_consumer import ShareSimpleConsumer
-from adapter.clients.simple.simple_consumer import MessageView, SimpleConsumer
+from adapter.clients.simple.simple_consumer import (
+    MessageView,
+    SimpleConsumer,
+    SimpleConsumerBackend,
+)
 from adapter.errors import ClientLoopError, InvalidReceiptHandleError
 from tests.support.clocks import SkippingClock
 from tests.support.consumer_helpers import new_group, read_dlq_raw, send, wait_until
@@ -99,7 +102,7 @@ def test_backend_choice() -> None:
     conf = {"bootstrap.servers": "127.0.0.1:1"}
     assert type(SimpleConsumer(conf, "g")) is SimpleConsumer
     sc = SimpleConsumer(conf, "g", backend="share")
-    assert isinstance(sc, ShareSimpleConsumer)
+    assert sc.backend is SimpleConsumerBackend.SHARE
     assert isinstance(sc, SimpleConsumer)
     assert sc.max_delivery_attempts == 9
     assert sc.delivery_limit == 10

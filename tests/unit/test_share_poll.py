@@ -115,14 +115,17 @@ def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
     from adapter.clients.simple import message_view as simple_view
     from adapter.clients.simple import simple_consumer, simple_options
 
-    for name in ("BACKENDS", "SimpleConsumerBackend", "SimpleConsumerOptions", "SimpleOptions"):
+    for name in ("SimpleConsumerBackend", "SimpleConsumerOptions", "SimpleOptions"):
         assert getattr(simple_consumer, name) is getattr(simple_options, name)
         assert name in simple_consumer.__all__
     for name in ("FilterExpression", "MessageView", "PullFuture", "tag_filter_of"):
         assert getattr(simple_consumer, name) is getattr(simple_view, name)
         assert name in simple_consumer.__all__
-    backend = simple_options.SimpleConsumerBackend.SHARE
-    assert simple_consumer.BACKENDS[backend] is share_consumer.ShareSimpleConsumer
+    from adapter.clients.share import share_backend
+
+    for name in ("ShareBackend", "ShareMessageView", "ShareSimpleConsumerOptions"):
+        assert getattr(share_consumer, name) is getattr(share_backend, name)
+        assert name in share_consumer.__all__
 
 
 def test_take_fills_the_receive_past_skipped_records_and_shares_one_hold() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from adapter.clients.simple.simple_consumer import MemberTurns
+from adapter.clients.simple.classic_backend import MemberTurns
 
 WAIT_S = 5.0
 

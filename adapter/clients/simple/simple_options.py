@@ -1,9 +1,9 @@
-"""The options of :class:`~adapter.clients.simple.simple_consumer.SimpleConsumer`: the keyword
+"""The options of :class:`SimpleConsumer`: the keyword
 options (``SimpleConsumerOptions``), their validation (``SimpleOptions``) and the backends
-a consumer may run on (``SimpleConsumerBackend`` and the ``BACKENDS`` registry).
+a consumer may run on (``SimpleConsumerBackend``; the facade picks the class).
 
-Kept apart from the consumer so a backend (:mod:`adapter.clients.share.share_consumer`) takes the
-same options and registers itself without the classic consumer's machinery.
+Kept apart from the consumer so every backend (:mod:`adapter.clients.simple.classic_backend`,
+:mod:`adapter.clients.share.share_backend`) takes the same options without the other's machinery.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from adapter.constants import (
     DEFAULT_CONSUME_CONCURRENTLY_MAX_SPAN,
@@ -32,11 +32,7 @@ from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_int, check_kafka_config, check_seconds
 from adapter.io.loop import ErrorCallback
 
-if TYPE_CHECKING:
-    from adapter.clients.simple.simple_consumer import SimpleConsumer
-
 __all__ = [
-    "BACKENDS",
     "DEFAULT_AWAIT_DURATION_S",
     "MAX_AWAIT_DURATION_S",
     "SimpleConsumerBackend",
@@ -59,11 +55,6 @@ class SimpleConsumerBackend(str, Enum):
     SHARE = "share"
     """A Kafka share group (KIP-932, broker 4.2+): broker-side record locks and delivery
     counts, any number of consumers per partition (docs/semantics.md §4.13.1)."""
-
-
-#: backend -> the class implementing it; every backend but CLASSIC registers itself when its
-#: module is imported (``adapter.clients`` imports them all).
-BACKENDS: dict[SimpleConsumerBackend, type[SimpleConsumer]] = {}
 
 
 class SimpleConsumerOptions(TypedDict, total=False):
