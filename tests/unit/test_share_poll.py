@@ -111,7 +111,6 @@ def test_live_refuses_a_settled_hold_and_another_consumers_view() -> None:
 
 
 def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
-    from adapter.clients.share import share_consumer
     from adapter.clients.simple import message_view as simple_view
     from adapter.clients.simple import simple_consumer, simple_options
 
@@ -121,11 +120,6 @@ def test_the_moved_names_stay_importable_from_the_consumer_modules() -> None:
     for name in ("FilterExpression", "MessageView", "PullFuture", "tag_filter_of"):
         assert getattr(simple_consumer, name) is getattr(simple_view, name)
         assert name in simple_consumer.__all__
-    from adapter.clients.share import share_backend
-
-    for name in ("ShareBackend", "ShareMessageView", "ShareSimpleConsumerOptions"):
-        assert getattr(share_consumer, name) is getattr(share_backend, name)
-        assert name in share_consumer.__all__
 
 
 def test_take_fills_the_receive_past_skipped_records_and_shares_one_hold() -> None:

@@ -3,7 +3,7 @@
 :class:`PollState` keeps them (waiting to be received, held by a receive, due for the
 dead-letter queue) and applies :mod:`adapter.clients.share.share_rules`'s decisions to them:
 which record is handed out, which hold ran out, which record is released or dead-lettered.
-The consumer (:mod:`adapter.clients.share.share_consumer`) owns the lock, the threads and
+The consumer (:mod:`adapter.clients.share.share_backend`) owns the lock, the threads and
 the Kafka calls around it; every method here runs under that lock.
 """
 

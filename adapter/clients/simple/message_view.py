@@ -2,7 +2,7 @@
 the received message (``MessageView``, which is its own receipt handle), the futures of the
 ``*_async`` calls (``PullFuture``) and the subscription filter (``FilterExpression``).
 
-Kept apart from the consumer so every backend (:mod:`adapter.clients.share.share_consumer`) hands
+Kept apart from the consumer so every backend (:mod:`adapter.clients.share.share_backend`) hands
 out the same types.
 """
 
