@@ -27,6 +27,10 @@ __all__ = ["tracing_scenarios"]
 log = logging.getLogger("adapter.bench")
 
 
+#: The row label of the SDK set-up (the batch span processor, an exporter that drops).
+SDK_LABEL = "SDK batch span processor"
+
+
 def _providers() -> list[tuple[str, Callable[[], Any]]] | None:
     """``(row label, a fresh tracer provider)``; ``None`` without the SDK."""
     try:
@@ -50,10 +54,7 @@ def _providers() -> list[tuple[str, Callable[[], Any]]] | None:
         provider.add_span_processor(BatchSpanProcessor(Dropping()))
         return provider
 
-    return [("no-op tracer provider", NoOpTracerProvider), ("SDK batch span processor", sdk)]
-
-
-SDK_LABEL = "SDK batch span processor"
+    return [("no-op tracer provider", NoOpTracerProvider), (SDK_LABEL, sdk)]
 
 
 def tracing_scenarios(bench: Bench, batches: tuple[int, ...] = (1, 32)) -> list[Scenario]:
