@@ -920,8 +920,8 @@ def test_schedule_status_per_delay_level(bootstrap: str) -> None:
     out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == (
-        f"no ScheduleService has run in group {service}: these entries wait until one starts "
-        "(rmq-kafka schedule-service run)"
+        f"no ScheduleService has run in group {service}: what waits here is forwarded once "
+        "one starts (rmq-kafka schedule-service run)"
     )
     assert "total waiting 3" in out.stdout
     out = cli("schedule", "status", "--namespace", ns, "-b", bootstrap, "--json")

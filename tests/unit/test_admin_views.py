@@ -301,7 +301,7 @@ def test_schedule_status_before_any_service_ran_shows_what_waits_and_says_why() 
     assert status.waiting == 3 and not status.service_seen
     text = status.render()
     assert text[-1] == (
-        "no ScheduleService has run in group svc: these entries wait until one starts "
+        "no ScheduleService has run in group svc: what waits here is forwarded once one starts "
         "(rmq-kafka schedule-service run)"
     )
     assert status.to_json()["service_seen"] is False

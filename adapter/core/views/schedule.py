@@ -155,8 +155,8 @@ class ScheduleStatus:
         lines.extend(health_notes(self.unhealthy()))
         if not self.service_seen:
             lines.append(
-                f"no ScheduleService has run in group {info.group}: these entries wait until "
-                "one starts (rmq-kafka schedule-service run)"
+                f"no ScheduleService has run in group {info.group}: what waits here is "
+                "forwarded once one starts (rmq-kafka schedule-service run)"
             )
         return lines
 
