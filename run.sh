@@ -158,7 +158,9 @@ case "$cmd" in
     # against the unit tests, in a copy under mutants/ (the mutated package first on the
     # path).  Arguments select mutants, e.g. ./run.sh mutate 'adapter.core.engine.pull*'.
     echo "==> mutmut over adapter/core and the group member (long: all of it takes hours)"
-    PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" run "$@" || true
+    # made first: a path missing when the interpreter starts is never looked in again
+    mkdir -p "$ROOT/mutants"
+    HYPOTHESIS_PROFILE=mutation PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" run "$@" || true
     PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" export-cicd-stats
     "$VENV/bin/python" -c "import json; print(json.dumps(json.load(open('mutants/mutmut-cicd-stats.json')), indent=2))"
     PYTHONPATH="$ROOT/mutants" exec "$VENV/bin/mutmut" results
