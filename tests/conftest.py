@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.support.group_protocol import protocols
 
+_TESTS = Path(__file__).resolve().parent
 _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 
 #: module file name -> the xdist group its tests share
@@ -52,7 +53,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "group_protocol" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.group_protocol)
-        tier = Path(str(item.fspath)).parent.name
+        # the tier is the folder right under tests/ (tests/unit/core/engine/... is ``unit``)
+        path = Path(str(item.fspath)).resolve()
+        parts = path.relative_to(_TESTS).parts if path.is_relative_to(_TESTS) else ()
+        tier = parts[0] if len(parts) > 1 else ""
         marker = _TIERS.get(tier)
         if marker is not None and not any(m.name == tier for m in item.iter_markers()):
             item.add_marker(marker)

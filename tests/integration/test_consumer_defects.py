@@ -13,7 +13,7 @@ and namespace.  Every docstring names the defect and what the code before the fi
 * #12 another group can subscribe to ``%DLQ%<group>`` and read the dead letters.
 
 (#8, a failed ``committed()`` lookup rewinding the retry topic, cannot be provoked on a
-real broker within a test's time; see the unit tests in ``tests/unit/test_offsets_start.py``
+real broker within a test's time; see the unit tests in ``tests/unit/core/test_offsets_start.py``
 for the start rule it falls back on.)
 """
 

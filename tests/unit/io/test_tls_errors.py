@@ -482,7 +482,7 @@ def test_the_docs_acl_listing_is_what_acl_print_prints(capsys: pytest.CaptureFix
     import re
     import shlex
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
     command, listing = re.search(
         r"```sh\n(rmq-kafka acl print [^\n]*)\n```\n\n```text\n(.*?)```", doc, re.S
     ).groups()  # type: ignore[union-attr]

@@ -27,7 +27,7 @@ from adapter.io.avro import (
     trace_schema,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 FULL = TraceEvent(
     event_time_ms=1_700_000_000_123,

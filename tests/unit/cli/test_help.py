@@ -18,7 +18,7 @@ from adapter.cli import build_parser
 
 pytestmark = pytest.mark.unit
 
-CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operating" / "cli.md"
+CLI_PAGE = Path(__file__).resolve().parents[3] / "docs" / "operating" / "cli.md"
 _CHOICES = re.compile(r"^  \{([\w,-]+)\}$", re.M)
 
 

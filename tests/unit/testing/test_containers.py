@@ -23,7 +23,7 @@ from adapter.testing.containers import ContainerStackError, RetryStack
 from adapter.testing.docker_engine import INSTALL_COMPOSE, INSTALL_ENGINE, docker_problems
 from adapter.testing.kafka_container import broker_jvm_opts, kafka_env, new_cluster_id
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_kafka_candidates_official_then_the_projects_own() -> None:

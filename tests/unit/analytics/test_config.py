@@ -15,7 +15,7 @@ from adapter.analytics.jobs import StreamJobOptions
 from adapter.analytics.session import jaas_config, kafka_options
 from adapter.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_plaintext() -> None:

@@ -40,7 +40,7 @@ from adapter.ops.prometheus import PrometheusApi, PrometheusUnreachableError, ch
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "docker" / "grafana" / "rmq-kafka-dashboard.json"
 SVG = "{http://www.w3.org/2000/svg}"
 END = 1_800_000_000.0
