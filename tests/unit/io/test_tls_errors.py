@@ -1,24 +1,16 @@
-"""TLS failures in words (:func:`tls_error`, :class:`FatalErrorWatch`, :func:`wait_metadata`),
-authorization refusals naming the permission, the embedded broker's TLS listeners and
-certificates, and each role's ACL set (``rmq-kafka acl print``)."""
+"""TLS failures in words (:func:`tls_error`, :class:`FatalErrorWatch`, :func:`wait_metadata`)
+and authorization refusals naming the permission."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from adapter.cli import main as cli_main
-from adapter.embedded.config import TlsListeners, server_properties, tls_properties
-from adapter.embedded.tls import TlsFiles, make_certificates
 from adapter.errors import (
     AuthenticationError,
     BrokerUnavailableError,
-    InvalidInputError,
     TlsError,
 )
 from adapter.io.errors import (
@@ -33,7 +25,6 @@ from adapter.io.errors import (
     tls_failure,
     wait_metadata,
 )
-from adapter.ops.acls import AclSpec, role_acls, schedule_prefix
 
 pytestmark = pytest.mark.unit
 
@@ -167,19 +158,27 @@ CLOSED_AT_APIVERSION = (
     "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Disconnected: connection "
     "closed by peer: receive 0 after POLLIN (after 3ms in state APIVERSION_QUERY)"
 )
+
+
 OLD_CLOSED_AT_APIVERSION = (
     "sasl_plaintext://127.0.0.1:9094/bootstrap: Disconnected while requesting ApiVersion: "
     "might be caused by incorrect security.protocol configuration (connecting to a SSL "
     "listener?) or broker version is < 0.10 (see api.version.request)"
 )
+
+
 REFUSED = (
     "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Connect to "
     "ipv4#127.0.0.1:9093 failed: Connection refused (after 0ms in state CONNECT)"
 )
+
+
 CLOSED_WHEN_UP = (
     "[thrd:127.0.0.1:9093/bootstrap]: 127.0.0.1:9093/bootstrap: Disconnected: connection "
     "closed by peer: receive 0 after POLLIN (after 5012ms in state UP)"
 )
+
+
 PLAIN = {"bootstrap.servers": "127.0.0.1:9093"}
 
 
@@ -322,172 +321,6 @@ def test_client_errors_of_refusals_carry_the_hint_once() -> None:
     assert isinstance(error, AuthenticationError)
     assert str(error).count("missing permission") == 1
     assert "READ or WRITE on TOPIC" in str(client_error(exc, what="x"))
-
-
-# --- the embedded broker's TLS ------------------------------------------------------------
-def test_tls_listeners_are_added_beside_the_nodes_own(tmp_path: Path) -> None:
-    props = server_properties(
-        1, {1: (9092, 9093)}, brokers=1, log_dir=tmp_path, scram_users={},
-        authorizer=False, extra={},
-    )  # fmt: skip
-    files = TlsFiles(tmp_path / "tls")
-    out = tls_properties(props, TlsListeners(9094, 9095, files, mutual=True))
-    assert out["listeners"] == (
-        "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,"
-        "SSL://127.0.0.1:9094,SASL_SSL://127.0.0.1:9095"
-    )
-    assert out["advertised.listeners"].endswith(",SASL_SSL://127.0.0.1:9095")
-    assert out["inter.broker.listener.name"] == "PLAINTEXT"
-    assert out["ssl.keystore.type"] == out["ssl.truststore.type"] == "PEM"
-    assert out["ssl.truststore.location"] == str(files.ca)
-    assert out["listener.name.ssl.ssl.client.auth"] == "required"
-    assert out["listener.name.sasl_ssl.ssl.client.auth"] == "none"
-
-
-def test_the_certificates_chain_to_the_ca_and_name_the_host(tmp_path: Path) -> None:
-    from cryptography import x509
-    from cryptography.x509.oid import ExtensionOID
-
-    files = make_certificates(tmp_path)
-    assert files.complete()
-    ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
-    chain = x509.load_pem_x509_certificates(files.broker_keystore.read_bytes())
-    broker = chain[0]
-    broker.verify_directly_issued_by(ca)
-    sans = broker.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
-    assert "localhost" in sans.get_values_for_type(x509.DNSName)
-    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
-    assert b"PRIVATE KEY" in files.broker_keystore.read_bytes()
-    assert files.client_key.stat().st_mode & 0o777 == 0o600
-    client = x509.load_pem_x509_certificate(files.client_certificate.read_bytes())
-    client.verify_directly_issued_by(ca)
-
-
-def test_expired_certificates_on_request(tmp_path: Path) -> None:
-    from cryptography import x509
-
-    files = make_certificates(tmp_path, valid_days=-2)
-    ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
-    assert ca.not_valid_after_utc < dt.datetime.now(dt.UTC)
-
-
-# --- ACL sets -----------------------------------------------------------------------------
-def _set(specs: list[AclSpec]) -> set[tuple[str, str, str, str]]:
-    return {(s.operation, s.resource, s.pattern, s.name) for s in specs}
-
-
-def test_the_consumer_role() -> None:
-    got = _set(role_acls("consumer", group="orders", topics=["t1"], namespace="ns"))
-    assert got == {
-        ("READ", "GROUP", "LITERAL", "orders"),
-        ("READ", "TOPIC", "LITERAL", "t1"),
-        ("READ", "TOPIC", "LITERAL", "rmq.retry.orders"),
-        ("WRITE", "TOPIC", "LITERAL", "rmq.dlq.orders"),
-        ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.ns."),
-        ("READ", "TOPIC", "LITERAL", "rmq.control"),
-        ("WRITE", "TOPIC", "LITERAL", "rmq.control"),
-        ("DESCRIBE", "GROUP", "PREFIXED", "rmq-ops-reader-"),
-        ("CREATE", "TOPIC", "LITERAL", "rmq.retry.orders"),
-        ("CREATE", "TOPIC", "LITERAL", "rmq.dlq.orders"),
-        ("CREATE", "TOPIC", "PREFIXED", "rmq.schedule.ns."),
-        ("CREATE", "TOPIC", "LITERAL", "rmq.control"),
-    }
-    without = _set(role_acls("consumer", group="orders", topics=["t1"], create_topics=False))
-    assert not any(op == "CREATE" for op, *_ in without)
-    assert ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule.") in without
-
-
-def test_a_share_group_consumer_also_sets_its_group_configs() -> None:
-    plain = _set(role_acls("consumer", group="orders", topics=["t1"]))
-    share = _set(role_acls("consumer", group="orders", topics=["t1"], share=True))
-    assert share - plain == {("ALTER_CONFIGS", "GROUP", "LITERAL", "orders")}
-    with pytest.raises(InvalidInputError) as info:
-        role_acls("producer", topics=["t1"], share=True)
-    assert info.value.field == "share"
-
-
-def test_the_schedule_service_role() -> None:
-    got = _set(role_acls("schedule-service"))
-    assert ("READ", "GROUP", "LITERAL", "rmq-schedule-service") in got
-    assert ("READ", "TOPIC", "PREFIXED", "rmq.schedule.") in got
-    assert ("WRITE", "TOPIC", "PREFIXED", "rmq.retry.") in got
-    assert ("WRITE", "TOPIC", "LITERAL", "*") in got  # every destination
-    assert ("WRITE", "TRANSACTIONAL_ID", "PREFIXED", "rmq-schedule-service") in got
-    narrow = _set(role_acls("schedule-service", topics=["orders"], exactly_once=False))
-    assert ("WRITE", "TOPIC", "LITERAL", "orders") in narrow
-    assert ("WRITE", "TOPIC", "LITERAL", "*") not in narrow
-    assert not any(r == "TRANSACTIONAL_ID" for _, r, *_ in narrow)
-
-
-def test_the_producer_and_console_roles() -> None:
-    assert _set(role_acls("producer", topics=["orders"], create_topics=False)) == {
-        ("WRITE", "TOPIC", "LITERAL", "orders"),
-        ("WRITE", "TOPIC", "PREFIXED", "rmq.schedule."),
-    }
-    console = _set(role_acls("console", group="orders"))
-    assert ("READ", "TOPIC", "LITERAL", "*") in console
-    assert ("WRITE", "TOPIC", "LITERAL", "rmq.retry.orders") in console  # redrive only
-    assert ("READ", "GROUP", "LITERAL", "rmq-dlq-redrive.orders") in console
-    writes = {name for op, _, _, name in console if op == "WRITE"}
-    assert writes == {"rmq.retry.orders", "rmq.control", "rmq.audit"}  # + the redrive audit log
-
-
-@pytest.mark.parametrize(
-    ("role", "kwargs", "field"),
-    [
-        ("consumer", {"topics": ["t"]}, "group"),
-        ("consumer", {"group": "g"}, "topic"),
-        ("producer", {}, "topic"),
-        ("console", {}, "group"),
-        ("admin", {"group": "g"}, "role"),
-        ("producer", {"topics": ["rmq.retry.x"]}, "topic"),
-    ],
-)
-def test_bad_role_input_names_the_field(role: str, kwargs: dict[str, Any], field: str) -> None:
-    with pytest.raises(InvalidInputError) as info:  # ConfigError, TopicNameError
-        role_acls(role, **kwargs)
-    assert info.value.field == field
-
-
-def test_schedule_prefixes() -> None:
-    assert schedule_prefix() == "rmq.schedule."
-    assert schedule_prefix("ns1") == "rmq.schedule.ns1."
-
-
-def test_acl_print_prints_one_acl_a_line(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["acl", "print", "--role", "producer", "--topic", "orders", "--principal", "User:app"]
-    assert cli_main([*args]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("ALLOW User:app WRITE    TOPIC            LITERAL  orders  # ")
-    assert cli_main([*args, "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows[0] == {
-        "principal": "User:app",
-        "permission": "ALLOW",
-        "operation": "WRITE",
-        "resource": "TOPIC",
-        "pattern": "LITERAL",
-        "name": "orders",
-        "why": "send messages",
-    }
-
-
-def test_acl_print_apply_needs_a_principal(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["acl", "print", "--role", "producer", "--topic", "o", "--apply"])
-    assert code == 2
-    assert "--principal" in capsys.readouterr().err
-
-
-def test_the_docs_acl_listing_is_what_acl_print_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    import re
-    import shlex
-
-    doc = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
-    command, listing = re.search(
-        r"```sh\n(rmq-kafka acl print [^\n]*)\n```\n\n```text\n(.*?)```", doc, re.S
-    ).groups()  # type: ignore[union-attr]
-    assert cli_main(shlex.split(command)[1:]) == 0
-    assert capsys.readouterr().out == listing
 
 
 def test_a_refused_copy_names_the_write_permission() -> None:

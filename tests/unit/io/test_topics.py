@@ -1,5 +1,5 @@
-"""Replication of the adapter's topics on a cluster, and where Kafka's coordinators live:
-pure logic, no broker."""
+"""Replication of the adapter's topics on a cluster, and a principal that may not describe a
+topic: pure logic, no broker."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapter.embedded.node import coordinator_partition, java_string_hash
 from adapter.errors import ConfigError
 from adapter.io.topics import Replication, plan_replication, unreplicated
 
@@ -76,21 +75,6 @@ def test_a_single_replica_is_flagged_only_on_a_multi_broker_cluster() -> None:
     md = _md(3, {"%RETRY%g": 1, "%DLQ%g": 3})
     assert unreplicated(md, ["%RETRY%g", "%DLQ%g", "missing"]) == [("%RETRY%g", 3)]
     assert unreplicated(_md(1, {"%RETRY%g": 1}), ["%RETRY%g"]) == []
-
-
-@pytest.mark.parametrize(
-    ("text", "java"),
-    [("", 0), ("hello", 99162322), ("polygenelubricants", -(1 << 31)), ("ä€😀", 16603051)],
-)
-def test_java_string_hash_matches_java(text: str, java: int) -> None:
-    assert java_string_hash(text) == java
-
-
-def test_coordinator_partition_is_kafkas_abs_hash_modulo() -> None:
-    # Utils.abs maps Integer.MIN_VALUE to 0
-    assert coordinator_partition("polygenelubricants", 10) == 0
-    assert coordinator_partition("hello", 50) == 99162322 % 50
-    assert coordinator_partition("rmq-schedule", 10) == abs(java_string_hash("rmq-schedule")) % 10
 
 
 class _Metadata:

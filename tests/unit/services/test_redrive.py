@@ -1,12 +1,22 @@
-"""Where a DLQ partition's redrive mark moves after a redrive.  Pure."""
+"""Redriving dead letters, pure: the plan (marks, loop guard), the redrive options, pacing,
+and where a DLQ partition's redrive mark moves after a redrive."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from adapter.core.message import MessageExt
-from adapter.services.dlq import DeadLetterEntry
-from adapter.services.redrive import RedriveResult, redrive_marks
+from adapter.errors import InvalidInputError
+from adapter.services.dlq import HEADER_REDRIVE_COUNT, DeadLetterEntry
+from adapter.services.redrive import (
+    Pacer,
+    RedriveResult,
+    check_redrive_options,
+    plan_redrive,
+    redrive_marks,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -45,3 +55,70 @@ def test_marks_never_move_back() -> None:
 def test_unanswered_sends_move_nothing() -> None:
     unknown = RedriveResult(sent=1, failed=(("?", "", "1 record(s) not acknowledged"),))
     assert redrive_marks([entry(0, 1), entry(0, 2)], unknown, {}) == {}
+
+
+# --- the redrive plan ------------------------------------------------------------------------
+def _entry(offset: int, count: int | None = None, partition: int = 0) -> DeadLetterEntry:
+    props = {} if count is None else {HEADER_REDRIVE_COUNT: str(count)}
+    msg = MessageExt(
+        topic="%DLQ%g",
+        body=b"x",
+        msg_id=f"m{partition}-{offset}",
+        queue_id=partition,
+        queue_offset=offset,
+        kafka_topic="rmq.dlq.g",
+        properties=props,
+    )
+    return DeadLetterEntry.of(msg)
+
+
+def test_plan_skips_what_was_redriven_and_what_the_loop_guard_refuses() -> None:
+    entries = [_entry(0), _entry(1, 3), _entry(2, 2), _entry(3, 7), _entry(0, partition=1)]
+    plan = plan_redrive(entries, {0: 1}, max_redrives=3)
+    assert [e.message.msg_id for e in plan.already] == ["m0-0"]
+    assert [e.message.msg_id for e in plan.guarded] == ["m0-1", "m0-3"]
+    assert [e.message.msg_id for e in plan.send] == ["m0-2", "m1-0"]
+    forced = plan_redrive(entries, {0: 1}, max_redrives=3, force=True)
+    assert not forced.guarded and len(forced.send) == 4
+    again = plan_redrive(entries, {0: 1}, again=True)
+    assert not again.already and len(again.send) == 5  # no guard without max_redrives
+
+
+def test_redrive_count_reads_the_header() -> None:
+    assert _entry(0).redrive_count == 0
+    assert _entry(0, 4).redrive_count == 4
+
+
+@pytest.mark.parametrize(
+    ("rate", "guard", "field"),
+    [(-1, None, "rate"), (0, None, "rate"), (True, None, "rate"), (None, 0, "max_redrives")],
+)
+def test_bad_redrive_options_name_the_field(rate: Any, guard: Any, field: str) -> None:
+    with pytest.raises(InvalidInputError) as err:
+        check_redrive_options(rate, guard)
+    assert err.value.field == field
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+def test_pacer_spaces_sends_at_the_rate() -> None:
+    clock = FakeClock()
+    pacer = Pacer(4.0, clock)
+    served: list[float] = []
+
+    def serve(s: float) -> None:
+        served.append(s)
+        clock.t += s
+
+    sent_at = []
+    for _ in range(5):
+        pacer.wait(serve)
+        sent_at.append(clock.t)
+    assert [round(t - 100.0, 6) for t in sent_at] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert max(served) <= 0.1

@@ -1,15 +1,12 @@
-"""The admin commands' pure parts: lag arithmetic, reset targets, times, progress output and
-the text/JSON views (logical names out)."""
+"""The admin commands' views, pure: lag arithmetic, reset targets and the text/JSON views
+(logical names out)."""
 
 from __future__ import annotations
-
-import io
 
 import pytest
 
 from adapter.core.control import ResetTarget
 from adapter.core.offsets import StartAt
-from adapter.core.timespec import InvalidTimeError, format_time, parse_since, parse_time
 from adapter.core.views import (
     DlqSize,
     GroupInfo,
@@ -21,12 +18,9 @@ from adapter.core.views import (
     ScheduleStatus,
     build_progress,
     compute_lag,
-    format_span_ms,
     reset_offsets,
     subscribed_topics,
 )
-from adapter.errors import InvalidInputError
-from adapter.ops.progress import ProgressReporter, render_bar
 
 pytestmark = pytest.mark.unit
 
@@ -73,104 +67,10 @@ def test_reset_offsets_per_target() -> None:
     assert reset_offsets(ResetTarget.at(NOW), {0: (5, 10)}, {0: 2}) == {0: 5}
 
 
-# --- times -----------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("text", "ms"),
-    [
-        ("2026-11-23T10:00:00Z", 1_795_428_000_000),
-        ("2026-11-23T12:00:00+02:00", 1_795_428_000_000),
-        ("2026-11-23T10:00:00.250Z", 1_795_428_000_250),
-        ("2026-11-23T10:00Z", 1_795_428_000_000),
-        ("20261123T100000Z", 1_795_428_000_000),
-        ("1795428000000", 1_795_428_000_000),
-        (" 2026-11-23T10:00:00Z ", 1_795_428_000_000),
-    ],
-)
-def test_parse_time(text: str, ms: int) -> None:
-    assert parse_time(text) == ms
-
-
-@pytest.mark.parametrize(
-    ("text", "why"),
-    [
-        ("2026-11-23T10:00:00", "no UTC offset"),
-        ("2026-11-23", "no UTC offset"),
-        ("yesterday", "not an ISO-8601 time"),
-        ("2026-13-01T00:00Z", "not an ISO-8601 time"),
-        ("", "expected an ISO-8601 time"),
-        ("1969-12-31T23:59:59Z", "out of range"),
-        ("99999999999999999", "out of range"),
-    ],
-)
-def test_parse_time_refuses_naming_the_field_and_value(text: str, why: str) -> None:
-    with pytest.raises(InvalidTimeError) as info:
-        parse_time(text, "--to-time")
-    assert isinstance(info.value, InvalidInputError)
-    assert (info.value.field, info.value.value) == ("--to-time", text)
-    assert why in str(info.value) and repr(text) in str(info.value)
-
-
-def test_parse_since() -> None:
-    assert parse_since("24h", NOW) == NOW - 86_400_000
-    assert parse_since("90m", NOW) == NOW - 5_400_000
-    assert parse_since("7d", NOW) == NOW - 7 * 86_400_000
-    assert parse_since("500ms", NOW) == NOW - 500
-    assert parse_since("2026-11-23T10:00:00Z", NOW) == 1_795_428_000_000
-    assert parse_since("99999d", NOW) == 0
-    for bad in ("24x", "-1h", "h", "soon"):
-        with pytest.raises(InvalidTimeError) as info:
-            parse_since(bad, NOW)
-        assert info.value.field == "--since" and info.value.value == bad
-
-
-def test_format_time_and_spans() -> None:
-    assert format_time(1_795_428_000_250) == "2026-11-23T10:00:00.250Z"
-    assert format_time(None) == "-"
-    assert [format_span_ms(v) for v in (None, 850, 12_340, 302_000, 7_380_000, 273_600_000)] == [
-        "-",
-        "850ms",
-        "12.3s",
-        "5m02s",
-        "2h03m",
-        "3d04h",
-    ]
-
-
-# --- progress --------------------------------------------------------------------------------
-def test_render_bar() -> None:
-    assert render_bar("scan", 30, 100, width=10) == "scan [###.......]  30% 30/100"
-    assert render_bar("scan", 150, 100, width=4) == "scan [####] 100% 100/100"
-    assert render_bar("scan", 7, None) == "scan 7"
-
-
-def test_progress_on_a_terminal_redraws_one_line() -> None:
-    out = io.StringIO()
-    ticks = iter(range(100))
-    reporter = ProgressReporter("scan", out, tty=True, clock=lambda: next(ticks) * 0.05)
-    for done in range(1, 11):
-        reporter(done, 10)
-    reporter.close()
-    text = out.getvalue()
-    assert text.startswith("\rscan [") and text.endswith("100% 10/10\n")
-    assert text.count("\n") == 1
-    assert 1 < text.count("\r") < 12  # throttled
-
-
-def test_progress_elsewhere_writes_a_line_every_n() -> None:
-    out = io.StringIO()
-    reporter = ProgressReporter("scanning", out, every=100, tty=False)
-    for done in (10, 99, 100, 150, 250, 260, 420):
-        reporter(done, 500)
-    reporter.close()
-    assert out.getvalue().splitlines() == [
-        "scanning: 100/500",
-        "scanning: 250/500",
-        "scanning: 420/500",
-    ]
-
-
 # --- views -----------------------------------------------------------------------------------
 M1 = Member("c1-aaa", "c1", "10.0.0.1", None, (("orders", 0), ("rmq.retry.G", 0)))
+
+
 M2 = Member("c2-bbb", "c2", "10.0.0.2", "static-2", (("orders", 1),))
 
 

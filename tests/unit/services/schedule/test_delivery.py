@@ -4,10 +4,11 @@ and the real (pure) schedule engine: what each one produces, commits and rewinds
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from adapter.constants import HEADER_DUE_MS, PROPERTY_REAL_TOPIC
 from adapter.core.engine.schedule import Entry, Mark, Rewind, ScheduleAction, ScheduleEngine
@@ -16,7 +17,7 @@ from adapter.core.publishing import Escalation
 from adapter.errors import ConfigError
 from adapter.services.schedule import DeliveryGuarantee, ScheduleServiceSettings, ScheduleStats
 from adapter.services.schedule.at_least_once import AtLeastOnce
-from adapter.services.schedule.delivery import Copy, omitted_body, purged
+from adapter.services.schedule.delivery import Copy, committed_position, omitted_body, purged
 from adapter.services.schedule.exactly_once import ExactlyOnce
 from adapter.services.schedule.service_loop import DELIVERIES
 
@@ -430,3 +431,18 @@ def test_omitted_body_names_where_the_entry_was() -> None:
     [entry] = due_entries(host, 9)
     body = omitted_body(entry)
     assert (body.size, body.kafka_topic, body.partition, body.offset) == (4, TP[0], TP[1], 9)
+
+
+# -- committed positions ---------------------------------------------------------------------
+class CommittedConsumer:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def committed(self, tps: list[Any], timeout: float) -> list[Any]:
+        return [SimpleNamespace(offset=self.offset)]
+
+
+@pytest.mark.parametrize(("committed", "expected"), [(17, 17), (-1001, OFFSET_BEGINNING)])
+def test_committed_position(committed: int, expected: int) -> None:
+    """The committed offset; the beginning when none is committed."""
+    assert committed_position(CommittedConsumer(committed), TP, 5) == expected
