@@ -217,7 +217,7 @@ class PushConsumer(StartsInWith):
             # imported on use: tracing is opt-in and its Avro codec costs import time
             from adapter.io.trace_sink import KafkaTraceSink
 
-            self._owned_trace = KafkaTraceSink(self._config, opts.trace_topic)
+            self._owned_trace = KafkaTraceSink(self._config, opts.trace_topic, clock=opts.clock)
             trace = self._owned_trace
         engine_options = EngineOptions(
             batch_size=opts.consume_message_batch_max_size,
