@@ -545,9 +545,7 @@ class KafkaTraceSink:
         self._wake.set()
         self._thread.join(max(0.0, deadline - self._now()))
         try:
-            in_producer = self._in_flight(
-                int(producer.flush(max(0.0, deadline - self._now())))
-            )
+            in_producer = self._in_flight(int(producer.flush(max(0.0, deadline - self._now()))))
         except Exception:
             log.exception("trace producer flush failed")
             in_producer = 0

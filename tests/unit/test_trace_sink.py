@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import adapter.io.trace_sink as trace_sink
 from adapter.core.trace import TraceEvent, TraceStatus
+from adapter.io import trace_sink
 from adapter.io.trace_sink import KafkaTraceSink
 from tests.unit.kafka_fakes import FakeClock
 
