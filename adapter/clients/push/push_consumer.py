@@ -245,7 +245,9 @@ class PushConsumer(StartsInWith):
                     self.group,
                     f"consumer {self.group}",
                     opts.clock,
-                    lambda member_id: StatusPublisher(self._config, self.group, member_id),
+                    lambda member_id: StatusPublisher(
+                        self._config, self.group, member_id, clock=opts.clock
+                    ),
                 )
             engine = circuit_engine(
                 engine_options,
@@ -278,7 +280,9 @@ class PushConsumer(StartsInWith):
         if self.clustering and opts.offset_resets:
             member.resets = ResetReceiver(
                 member,
-                lambda member_id: ControlChannel(self._config, self.group, member_id),
+                lambda member_id: ControlChannel(
+                    self._config, self.group, member_id, clock=opts.clock
+                ),
                 name=member.name,
             )
         loop = ClientLoop(
