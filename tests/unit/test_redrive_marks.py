@@ -1,12 +1,18 @@
-"""Where a DLQ partition's redrive mark moves after a redrive.  Pure."""
+"""Where a DLQ partition's redrive mark moves after a redrive (pure), and how long a
+redrive waits for the record an omitted body is read back from (on a fake clock)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from confluent_kafka import Message
 
 from adapter.core.message import MessageExt
+from adapter.core.omitted_body import OmittedBody
 from adapter.services.dlq import DeadLetterEntry
-from adapter.services.redrive import RedriveResult, redrive_marks
+from adapter.services.redrive import RedriveResult, read_record_at, redrive_marks
+from tests.unit.kafka_fakes import FakeClock
 
 pytestmark = pytest.mark.unit
 
@@ -45,3 +51,34 @@ def test_marks_never_move_back() -> None:
 def test_unanswered_sends_move_nothing() -> None:
     unknown = RedriveResult(sent=1, failed=(("?", "", "1 record(s) not acknowledged"),))
     assert redrive_marks([entry(0, 1), entry(0, 2)], unknown, {}) == {}
+
+
+class _Reader:
+    """A consumer that only ever returns records of another partition; each ``poll`` takes
+    a second of the clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.polls = 0
+
+    def get_watermark_offsets(self, _tp: Any, timeout: float) -> tuple[int, int]:
+        return 0, 100
+
+    def assign(self, _partitions: Any) -> None:
+        pass
+
+    def unassign(self) -> None:
+        pass
+
+    def poll(self, _timeout: float) -> Message:
+        self.polls += 1
+        self.clock.advance(1.0)
+        return Message(topic="orders", partition=1, offset=7, value=b"other")
+
+
+def test_reading_an_omitted_body_gives_up_when_the_clock_passes_the_timeout() -> None:
+    clock = FakeClock()
+    reader = _Reader(clock)
+    where = OmittedBody(size=5, kafka_topic="orders", partition=0, offset=7)
+    assert read_record_at(reader, where, 5.0, clock=clock) == "not read within 5 s"
+    assert reader.polls == 5

@@ -331,7 +331,9 @@ class PushConsumer(StartsInWith):
             assert self._orderly is not None
             orderly = self._orderly
             if hooks is not None:  # a ``process`` span per listener call
-                orderly = hooks.wrap_listener(orderly, self.group, self.options.consume_timeout)
+                orderly = hooks.wrap_listener(
+                    orderly, self.group, self.options.consume_timeout, clock=self.options.clock
+                )
             return OrderlyRunner(
                 orderly,
                 member,
@@ -342,7 +344,9 @@ class PushConsumer(StartsInWith):
         assert self._listener is not None
         listener = self._listener
         if hooks is not None:
-            listener = hooks.wrap_listener(listener, self.group, self.options.consume_timeout)
+            listener = hooks.wrap_listener(
+                listener, self.group, self.options.consume_timeout, clock=self.options.clock
+            )
         if is_async_listener(self._listener):
             return AsyncRunner(
                 listener,
