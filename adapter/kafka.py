@@ -63,7 +63,6 @@ views in :mod:`adapter.clients.dropin.dropin_options` /
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
@@ -99,7 +98,6 @@ from adapter.core.routing import DeadLetter, DeadLetterReason, route_failed
 from adapter.core.subscription import SubscriptionWatch
 from adapter.core.types import TP
 from adapter.errors import ClientClosedError, ConfigError, InvalidInputError
-from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import build_options, check_group_protocol
 from adapter.io.control import StatusPublisher
 from adapter.io.errors import LIBRDKAFKA_LOG, error_text, refusal_of
@@ -217,10 +215,9 @@ class Consumer(confluent_kafka.Consumer):
         self._retry_kafka = self._topics.retry_kafka
         self._names = TopicNames(group)
         self._clock = opts.clock
-        # the system clock's reading without a Python frame (poll() reads it every call)
-        self._now: Callable[[], float] = (
-            time.monotonic if opts.clock is SYSTEM_CLOCK else opts.clock.monotonic
-        )
+        # poll() reads it every call: the system clock's is time.monotonic itself (no
+        # Python frame)
+        self._now: Callable[[], float] = opts.clock.monotonic
         self._holds = CopyHolds()
         self._later = RetryTimer()
         self._publisher = Publisher(
@@ -254,7 +251,10 @@ class Consumer(confluent_kafka.Consumer):
         if settings is not None:
             name = f"consumer {group}"
             self._reporter = CircuitReporter(
-                group, name, opts.clock, lambda member: StatusPublisher(conf, group, member)
+                group,
+                name,
+                opts.clock,
+                lambda member: StatusPublisher(conf, group, member, clock=opts.clock),
             )
             self._circuit = DropInCircuit(
                 Breaker(settings), circuit_notifier(name, group, settings, self._reporter)
@@ -736,8 +736,11 @@ class Consumer(confluent_kafka.Consumer):
             self._circuit.revoked(tps)
 
     def _flush_copies(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self._publisher.in_flight() and time.monotonic() < deadline:
+        """Serve the copies' deliveries until none is in flight or ``timeout`` passed on
+        the consumer's clock."""
+        now = self._now
+        deadline = now() + timeout
+        while self._publisher.in_flight() and now() < deadline:
             self._publisher.poll(0.05)
 
     # the assignment is tracked for the emulated offset store

@@ -39,15 +39,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_msg(args: argparse.Namespace) -> int:
-    import time
-
     from adapter.core.timespec import parse_since
+    from adapter.io.clock import SYSTEM_CLOCK
     from adapter.ops.admin import find_message
     from adapter.ops.journey import Matcher
     from adapter.ops.progress import ProgressReporter
 
     matcher = Matcher(msg_id=args.id, key=args.key)
-    since_ms = parse_since(args.since, time.time_ns() // 1_000_000)
+    since_ms = parse_since(args.since, SYSTEM_CLOCK.now_ms())
     config = admin_config(args)
     reporter = ProgressReporter("scanning")
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,9 +22,11 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
+from adapter.core.clock import Clock
 from adapter.core.cluster import GroupInfo, Member, PartitionHealth
 from adapter.core.types import TP
 from adapter.errors import AuthenticationError, BrokerUnavailableError, KafkaClientError
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import (
     AUTH_CODES,
@@ -69,22 +70,31 @@ _SPEC: Any = OffsetSpec
 
 
 class AdminSession:
-    """The clients of one admin command.  ``timeout_s`` bounds every single wait."""
+    """The clients of one admin command.  ``timeout_s`` bounds every single wait, measured
+    on ``clock`` (as is :data:`UNREACHABLE_S`)."""
 
     def __init__(
-        self, config: Mapping[str, Any], *, timeout_s: float = 30.0, what: str = "rmq-kafka"
+        self,
+        config: Mapping[str, Any],
+        *,
+        timeout_s: float = 30.0,
+        what: str = "rmq-kafka",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = check_kafka_config(config, what)
         # librdkafka's own log lines go to this logger (the CLI silences it unless -v)
         self.config.setdefault("logger", CLIENT_LOG)
         self.timeout_s = timeout_s
-        self.watch = FatalErrorWatch(self.config.get("error_cb"), config=self.config)
+        self._now = clock.monotonic
+        self.watch = FatalErrorWatch(
+            self.config.get("error_cb"), clock.monotonic, config=self.config
+        )
         conf = admin_config(self.config)
         conf["error_cb"] = self.watch
         # looking a name up must never create it (brokers with auto.create.topics.enable)
         conf["allow.auto.create.topics"] = False
         self.admin = make_client(AdminClient, conf, what="admin client")
-        self._since = time.monotonic()
+        self._since = self._now()
         self._answered = False  # some call was answered: brokers were reachable once
 
     def answered(self, result: _T) -> _T:
@@ -136,7 +146,7 @@ class AdminSession:
         fatal = self._fatal()
         if fatal is not None:
             raise auth_error(self.config, what, str(fatal), getattr(fatal, "kafka_error", None))
-        if self._answered or time.monotonic() - self._since < UNREACHABLE_S:
+        if self._answered or self._now() - self._since < UNREACHABLE_S:
             return
         down = self.watch.current()
         if isinstance(down, BrokerUnavailableError):
@@ -148,7 +158,7 @@ class AdminSession:
 
     def wait(self, future: Any, what: str) -> Any:
         """The result of an admin future, within ``timeout_s``; fails fast on refused logins."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._now() + self.timeout_s
         while True:
             try:
                 return self.answered(future.result(timeout=_STEP_S))
@@ -157,7 +167,7 @@ class AdminSession:
             except KafkaException as exc:
                 raise self.error(exc, what) from None
             self.check(what)
-            if time.monotonic() > deadline:
+            if self._now() > deadline:
                 raise BrokerUnavailableError(
                     f"{what}: no answer from {self.config.get('bootstrap.servers')} "
                     f"within {self.timeout_s:g} s"
@@ -166,7 +176,7 @@ class AdminSession:
     def call(self, request: Callable[[], Any], what: str) -> Any:
         """``wait(request())``, asked again (with back-off, within ``timeout_s``) while Kafka
         answers with a retriable error, e.g. a group coordinator that is still loading."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._now() + self.timeout_s
         pause = _STEP_S
         while True:
             try:
@@ -175,7 +185,7 @@ class AdminSession:
                 err = exc.kafka_error
                 if not (isinstance(err, KafkaError) and err.code() in _RETRIABLE):
                     raise
-                if time.monotonic() + pause > deadline:
+                if self._now() + pause > deadline:
                     raise
                 log.debug("%s: %s; asking again in %.1f s", what, err.str(), pause)
                 self.admin.poll(pause)
@@ -183,13 +193,13 @@ class AdminSession:
 
     def metadata(self, what: str = "listing topics") -> Any:
         """Cluster metadata, retried in short steps until ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._now() + self.timeout_s
         while True:
             try:
                 return self.answered(self.admin.list_topics(timeout=min(1.0, self.timeout_s)))
             except KafkaException as exc:
                 self.check(what)
-                if time.monotonic() > deadline:
+                if self._now() > deadline:
                     raise self.error(exc, what) from None
 
     # --- topics ------------------------------------------------------------------------------
@@ -211,13 +221,13 @@ class AdminSession:
     def partition_health(self, kafka_topic: str, what: str) -> dict[int, PartitionHealth] | None:
         """Partition → its leader, replicas and in-sync replicas, of one topic; ``None`` when
         the topic does not exist."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._now() + self.timeout_s
         while True:
             try:
                 md = self.admin.list_topics(topic=kafka_topic, timeout=min(1.0, self.timeout_s))
             except KafkaException as exc:
                 self.check(what)
-                if time.monotonic() > deadline:
+                if self._now() > deadline:
                     raise self.error(exc, what) from None
                 continue
             tmd = md.topics.get(kafka_topic)
@@ -230,7 +240,7 @@ class AdminSession:
                 raise auth_error(self.config, what, tmd.error.str(), tmd.error)
             if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                 return None
-            if time.monotonic() > deadline:
+            if self._now() > deadline:
                 raise KafkaClientError(f"{what}: {tmd.error.str()}", kafka_error=tmd.error)
             self.admin.poll(_STEP_S)
 
@@ -256,7 +266,7 @@ class AdminSession:
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise
             created = False
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._now() + self.timeout_s
         while True:
             md = self.metadata(what)
             tmd = md.topics.get(kafka_topic)
@@ -267,7 +277,7 @@ class AdminSession:
                 and all(p.leader >= 0 for p in tmd.partitions.values())
             ):
                 return created
-            if time.monotonic() > deadline:
+            if self._now() > deadline:
                 raise KafkaClientError(f"{what}: {kafka_topic} has no leader after creation")
             self.admin.poll(_STEP_S)
 
@@ -454,7 +464,7 @@ class AdminSession:
         consumer = self.reader()
         try:
             consumer.assign([TopicPartition(t, p, s) for (t, p), (s, _) in todo.items()])
-            last = time.monotonic()
+            last = self._now()
             while todo:
                 if max_records is not None and result.records >= max_records:
                     result.truncated = True
@@ -463,11 +473,11 @@ class AdminSession:
                 batch = consumer.consume(want, _STEP_S)
                 if not batch:
                     self.check(what)
-                    if time.monotonic() - last > idle:
+                    if self._now() - last > idle:
                         result.unfinished = tuple(sorted(todo))
                         break
                     continue
-                last = time.monotonic()
+                last = self._now()
                 finished: list[TP] = []
                 for kmsg in batch:
                     tp = (kmsg.topic(), kmsg.partition())

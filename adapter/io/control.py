@@ -27,7 +27,6 @@ the group; it is created (1 partition) by whichever side needs it first.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -42,6 +41,7 @@ from adapter.core.circuit_status import (
     is_status_key,
     status_key,
 )
+from adapter.core.clock import Clock
 from adapter.core.control import (
     CONTROL_TOPIC,
     ControlMessageError,
@@ -52,6 +52,7 @@ from adapter.core.control import (
 )
 from adapter.errors import ConfigError, KafkaClientError
 from adapter.io.admin import AdminSession
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import producer_config
 from adapter.io.errors import AUTH_CODES, auth_error, make_client, send_error
 
@@ -70,10 +71,6 @@ _SEEN_MAX: Final = 1024
 _SEND_TIMEOUT_S: Final = 10.0
 #: Settings of a member's config its control clients do not take.
 _NOT_INHERITED: Final = frozenset({"stats_cb", "statistics.interval.ms"})
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _open_at_end(session: AdminSession, what: str, **reader: Any) -> Any:
@@ -129,11 +126,19 @@ class ControlChannel:
     description.  Clients are created by :meth:`open` (or the first :meth:`poll`).
     """
 
-    def __init__(self, config: Mapping[str, Any], group: str, member_id: str) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        group: str,
+        member_id: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.group = naming.check_group(group)
         self.member_id = _checked_member(member_id)
         # the member's connection and security settings; not its statistics callback
         self._config = {k: v for k, v in config.items() if k not in _NOT_INHERITED}
+        self._clock = clock  # requests expire on its wall clock
         self._key = group.encode("utf-8")
         self._consumer: Any = None
         self._producer: Any = None
@@ -146,7 +151,9 @@ class ControlChannel:
         ``rmq.control`` from its current end, and a producer; creates the topic if missing."""
         if self._consumer is not None:
             return
-        session = AdminSession(self._config, timeout_s=10.0, what="control channel")
+        session = AdminSession(
+            self._config, timeout_s=10.0, what="control channel", clock=self._clock
+        )
         consumer = _open_at_end(session, "opening the control channel")
         try:
             self._producer = _producer(session)
@@ -160,7 +167,7 @@ class ControlChannel:
         expired ones.  Never blocks; malformed records are logged and skipped."""
         self.open()
         out: list[ResetRequest] = []
-        now_ms = _now_ms()
+        now_ms = self._clock.now_ms()
         for kmsg in self._consumer.consume(100, 0):
             err = kmsg.error()
             if err is not None:
@@ -230,22 +237,25 @@ def publish_reset(
     *,
     timeout_s: float = 30.0,
     on_ack: Callable[[ResetAck], None] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> dict[str, ResetAck]:
     """Publish ``request`` to ``rmq.control`` and wait up to ``timeout_s`` until every member
     in ``owners`` (member id → its partitions of the topic) has acknowledged it.  Returns the
     acknowledgements received (member id → ack), complete or not: settle them with
     :func:`adapter.core.control.settle`."""
     what = f"reset request {request.request_id} of group {request.group!r}"
-    session = AdminSession(config, timeout_s=min(timeout_s, 30.0), what="group reset-offset")
+    session = AdminSession(
+        config, timeout_s=min(timeout_s, 30.0), what="group reset-offset", clock=clock
+    )
     # opened before publishing, so that no acknowledgement is missed
     consumer = _open_at_end(session, what, **{"fetch.wait.max.ms": 50})
     acks: dict[str, ResetAck] = {}
     wanted = set(owners)
     try:
         _send(_producer(session), request.group.encode("utf-8"), encode(request), what)
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while not wanted <= acks.keys():
-            left = deadline - time.monotonic()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 break
             kmsg = consumer.poll(min(0.2, left))
@@ -284,10 +294,18 @@ class StatusPublisher:
     (the next refresh publishes again).  :meth:`close` publishes a tombstone, so that
     compaction forgets the member, and waits (bounded) for it."""
 
-    def __init__(self, config: Mapping[str, Any], group: str, member_id: str) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        group: str,
+        member_id: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.group = naming.check_group(group)
         self.member_id = _checked_member(member_id)
         self._config = {k: v for k, v in config.items() if k not in _NOT_INHERITED}
+        self._clock = clock
         self._key = status_key(group, member_id)
         self._producer: Any = None
         #: deliveries that failed (each logged)
@@ -297,7 +315,9 @@ class StatusPublisher:
         """Create the producer (idempotent); creates ``rmq.control`` if it is missing."""
         if self._producer is not None:
             return
-        session = AdminSession(self._config, timeout_s=10.0, what="circuit status")
+        session = AdminSession(
+            self._config, timeout_s=10.0, what="circuit status", clock=self._clock
+        )
         if not session.partitions(CONTROL_TOPIC, "publishing a circuit status"):
             session.ensure_topic(
                 CONTROL_TOPIC,

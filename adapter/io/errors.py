@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +21,7 @@ from adapter.errors import (
     TlsError,
     UnknownTopicError,
 )
+from adapter.io.clock import SYSTEM_CLOCK
 
 _AUTH = {
     KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -198,7 +198,7 @@ class LibrdkafkaLog:
         logger: logging.Logger,
         *,
         every_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.logger = logger
         self._every_s = every_s
@@ -393,7 +393,7 @@ class FatalErrorWatch:
     def __init__(
         self,
         user_cb: Any = None,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
         *,
         config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -506,7 +506,7 @@ def wait_metadata(
     watch: FatalErrorWatch | None = None,
     serve: Callable[[], Any] | None = None,
     topic: str | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     where: Any = None,
     what: str = "metadata",
 ) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from adapter.errors import (
     KafkaClientError,
     TlsError,
 )
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import admin_config, check_kafka_config
 from adapter.io.errors import (
     FatalErrorWatch,
@@ -426,7 +426,7 @@ def wait_visible(
     kafka_topics: list[str],
     timeout_s: float,
     *,
-    monotonic: Callable[[], float] = time.monotonic,
+    monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic,
 ) -> Any:
     """Poll metadata until every topic has its partitions and leaders (no fixed sleeps);
     return the last metadata.  A topic whose metadata is refused to this principal (it may

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -62,6 +61,7 @@ from typing import Any, Final
 from confluent_kafka import Producer
 
 from adapter.core import naming
+from adapter.core.clock import Clock
 from adapter.core.trace import (
     BATCHES,
     RUN,
@@ -84,6 +84,7 @@ from adapter.io.avro import (
     trace_encoder,
     trace_schema,
 )
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.config import check_kafka_config, producer_config
 from adapter.io.errors import make_client
 from adapter.io.topics import TopicPlan, ensure_topics
@@ -166,6 +167,7 @@ class KafkaTraceSink:
         max_events: int = DEFAULT_MAX_PACK_EVENTS,
         max_bytes: int = DEFAULT_MAX_PACK_BYTES,
         interval_s: float = DEFAULT_INTERVAL_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         checked = check_kafka_config(config, "trace")
         plan_packs((), max_events, max_bytes)  # validates both (raises ConfigError)
@@ -197,6 +199,8 @@ class KafkaTraceSink:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._interval_s = interval_s
+        #: the interval, the producer's room and the flush/close deadlines are measured on it
+        self._now = clock.monotonic
         self._max_queued = max_queued
         #: joins listener batches into runs (packed only: the single layout has no runs)
         self._runs = RunBuilder(max_events) if packed else None
@@ -306,7 +310,7 @@ class KafkaTraceSink:
     def _run(self) -> None:
         producer = self._producer
         queue = self._queue
-        sent_at = time.monotonic()
+        sent_at = self._now()
         while True:
             self._wake.wait(self._interval_s)
             self._wake.clear()
@@ -319,7 +323,7 @@ class KafkaTraceSink:
                 while queue:
                     self._waiting = 0
                     self._take(queue, len(queue))
-                now = time.monotonic()
+                now = self._now()
                 everything = (
                     now - sent_at >= self._interval_s or self._flushing > 0 or self._stopping
                 )
@@ -446,12 +450,12 @@ class KafkaTraceSink:
         kwargs: dict[str, Any] = {"headers": self._headers}
         if on_delivery is not None:
             kwargs["on_delivery"] = on_delivery
-        deadline = time.monotonic() + 10 * _ROOM_WAIT_S
+        deadline = self._now() + 10 * _ROOM_WAIT_S
         while True:
             try:
                 producer.produce(topic, value, key, **kwargs)
             except BufferError:
-                if time.monotonic() >= deadline:
+                if self._now() >= deadline:
                     self._drop(f"trace producer queue full: {n} event(s) dropped", n)
                     return
                 producer.poll(_ROOM_WAIT_S)
@@ -482,7 +486,7 @@ class KafkaTraceSink:
     def _drop(self, why: str, count: int = 1) -> None:
         with self._lock:
             self.dropped += count
-            now = time.monotonic()
+            now = self._now()
             if now - self._last_log < _LOG_EVERY_S:
                 return
             self._last_log = now
@@ -503,7 +507,7 @@ class KafkaTraceSink:
     def _wait_until_drained(self, deadline: float) -> bool:
         with self._drained:
             while self._queue or self._busy or self._held:
-                left = deadline - time.monotonic()
+                left = deadline - self._now()
                 if left <= 0 or not self._thread.is_alive():
                     return False
                 self._wake.set()
@@ -516,9 +520,9 @@ class KafkaTraceSink:
         producer = self._producer
         if producer is None:
             return 0
-        deadline = time.monotonic() + timeout_s
+        deadline = self._now() + timeout_s
         self._wait_drained(deadline)
-        remaining: int = producer.flush(max(0.0, deadline - time.monotonic()))
+        remaining: int = producer.flush(max(0.0, deadline - self._now()))
         return self._in_flight(remaining) + len(self._queue) + self._held
 
     def _in_flight(self, records: int) -> int:
@@ -535,15 +539,13 @@ class KafkaTraceSink:
             return
         self._closed = True  # no more events accepted
         producer = self._producer
-        deadline = time.monotonic() + timeout_s
+        deadline = self._now() + timeout_s
         self._wait_drained(deadline)
         self._stopping = True
         self._wake.set()
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._thread.join(max(0.0, deadline - self._now()))
         try:
-            in_producer = self._in_flight(
-                int(producer.flush(max(0.0, deadline - time.monotonic())))
-            )
+            in_producer = self._in_flight(int(producer.flush(max(0.0, deadline - self._now()))))
         except Exception:
             log.exception("trace producer flush failed")
             in_producer = 0

@@ -10,7 +10,6 @@ functions of :mod:`adapter.core.views`, :mod:`adapter.ops.journey` and
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
@@ -25,6 +24,7 @@ from adapter.constants import (
 )
 from adapter.core import naming
 from adapter.core.circuit_status import LOOKBACK_S, MemberCircuit, latest_statuses
+from adapter.core.clock import Clock
 from adapter.core.codec import logical_topic
 from adapter.core.control import ResetRequest, ResetTarget, settle
 from adapter.core.delay import DelayLevels
@@ -45,6 +45,7 @@ from adapter.core.views import (
 )
 from adapter.errors import AdapterError, InvalidInputError, KafkaClientError, TopicNameError
 from adapter.io.admin import AdminSession
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.io.control import publish_reset, read_statuses
 from adapter.io.group_lag import known_ends, read_group_lag
 from adapter.io.head_records import head_records, record_of
@@ -61,10 +62,6 @@ log = logging.getLogger("adapter.ops")
 
 DEFAULT_MAX_RECORDS: Final = 1_000_000
 _SCAN_PREFIXES: Final = (KAFKA_SCHEDULE_PREFIX, KAFKA_RETRY_PREFIX, KAFKA_DLQ_PREFIX)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 _ends = known_ends
@@ -87,6 +84,7 @@ def group_progress(
     *,
     timeout_s: float = 30.0,
     consume_from_where: ConsumeFromWhere | None = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> GroupProgress:
     """Per partition of every topic ``group`` subscribes (from its committed offsets and its
     members' assignments) and of ``%RETRY%<group>``: committed offset, end offset, lag,
@@ -96,7 +94,7 @@ def group_progress(
     from its beginning, the others by ``consume_from_where`` (``None``: unknown)."""
     naming.check_group(group)
     dlq_kafka = naming.to_kafka(naming.dlq_topic(group))
-    session = AdminSession(config, timeout_s=timeout_s, what="group progress")
+    session = AdminSession(config, timeout_s=timeout_s, what="group progress", clock=clock)
     what = f"group progress of {group!r}"
     lag = read_group_lag(session, group, consume_from_where=consume_from_where, what=what)
     if not lag.committed and not lag.info.members:
@@ -123,16 +121,17 @@ def group_progress(
             if not dlq_health_by_tp[(dlq_kafka, p)].ok
         ),
     )
-    return lag.progress(dlq, _circuits(session, lag.info, what))
+    return lag.progress(dlq, _circuits(session, lag.info, what, clock.now_ms()))
 
 
-def _circuits(session: AdminSession, info: GroupInfo, what: str) -> dict[str, MemberCircuit]:
+def _circuits(
+    session: AdminSession, info: GroupInfo, what: str, now: int
+) -> dict[str, MemberCircuit]:
     """The circuit-breaker state each live member published on the control topic (members
     without a breaker publish none).  The control topic unreadable (an ACL that leaves it
     out): none, said in the log; the rest of the progress stands."""
     if not info.members:
         return {}
-    now = _now_ms()
     try:
         statuses = read_statuses(session, info.group, now - int(LOOKBACK_S * 1000), what)
     except AdapterError as exc:
@@ -150,6 +149,7 @@ def reset_group_offsets(
     *,
     force: bool = False,
     timeout_s: float = 30.0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> ResetResult:
     """RocketMQ's ``resetOffsetByTime``: move ``group``'s committed offsets on ``topic``.
 
@@ -160,7 +160,7 @@ def reset_group_offsets(
     """
     naming.check_group(group)
     kafka_topic = naming.to_kafka(topic)
-    session = AdminSession(config, timeout_s=timeout_s, what="group reset-offset")
+    session = AdminSession(config, timeout_s=timeout_s, what="group reset-offset", clock=clock)
     what = f"resetting group {group!r} on {topic}"
     parts = session.partitions(kafka_topic, what)
     if parts is None:
@@ -200,7 +200,7 @@ def reset_group_offsets(
             info.members,
             f"and none of them owns a partition of {topic}, so none can reset it: stop them first",
         )
-    now = _now_ms()
+    now = clock.now_ms()
     request = ResetRequest(
         request_id=uuid.uuid4().hex,
         group=group,
@@ -211,7 +211,7 @@ def reset_group_offsets(
         issued_ms=now,
         expires_ms=now + int(timeout_s * 1000),
     )
-    acks = publish_reset(session.config, request, owners, timeout_s=timeout_s)
+    acks = publish_reset(session.config, request, owners, timeout_s=timeout_s, clock=clock)
     outcome = settle(request, owners, acks)
     rows = tuple(
         ResetRow(p, old[p], offset, info.member(member))
@@ -325,6 +325,7 @@ def schedule_status(
     namespace: str | None = None,
     group: str | None = None,
     timeout_s: float = 30.0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> ScheduleStatus:
     """Per delay-level topic (of ``namespace``): entries waiting (end - the ScheduleService
     group's committed offset; every entry when no service has run yet), the oldest due time
@@ -339,7 +340,7 @@ def schedule_status(
             else DEFAULT_SCHEDULE_SERVICE_GROUP
         )
     naming.check_group(group)
-    session = AdminSession(config, timeout_s=timeout_s, what="schedule status")
+    session = AdminSession(config, timeout_s=timeout_s, what="schedule status", clock=clock)
     what = f"schedule status of group {group!r}"
     levels: dict[str, tuple[int, str]] = {}
     topics_health = session.topics_health()
@@ -390,4 +391,4 @@ def schedule_status(
                 )
             )
         out.append(LevelStatus(level, delay, logical_topic(t), t, tuple(rows)))
-    return ScheduleStatus(namespace, info, tuple(out), _now_ms())
+    return ScheduleStatus(namespace, info, tuple(out), clock.now_ms())

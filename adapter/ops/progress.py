@@ -4,9 +4,10 @@ a terminal, otherwise one plain line every ``every`` items (so logs stay readabl
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import TextIO
+
+from adapter.io.clock import SYSTEM_CLOCK
 
 ProgressCallback = Callable[[int, int | None], None]
 """``callback(done, total)``; ``total`` is ``None`` when unknown."""
@@ -38,7 +39,7 @@ class ProgressReporter:
         every: int = 100_000,
         tty: bool | None = None,
         min_interval_s: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr

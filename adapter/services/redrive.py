@@ -13,7 +13,6 @@ run tries it again.  Two redrives of one DLQ at the same moment are not coordina
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from confluent_kafka import Producer as _KafkaProducer
 
 from adapter.constants import HOP_MESSAGE_MAX_BYTES, PROPERTY_UNIQ_KEY
 from adapter.core import naming
+from adapter.core.clock import Clock
 from adapter.core.codec import redrive_headers, replace_headers
 from adapter.core.headers import HeaderView
 from adapter.core.message import MessageExt
@@ -95,6 +95,7 @@ def redrive(
     force: bool = False,
     timeout_s: float = 30.0,
     progress: Progress | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RedriveResult:
     """Send DLQ entries back for consumption.
 
@@ -119,7 +120,8 @@ def redrive(
     not sent (listed in ``RedriveResult.guarded``) unless ``force``; the marks move past it
     as past a sent one (forcing it on a later run needs ``again`` too).
     ``dry_run``: nothing is sent and no mark moves; ``RedriveResult.planned`` says what would
-    go where.  ``rate``: at most that many messages a second.
+    go where.  ``rate``: at most that many messages a second.  ``clock``: what the pacing
+    and the wait for an omitted body's record are measured on.
     """
     check_redrive_options(rate, max_redrives)
     kafka_dlq = naming.to_kafka(naming.dlq_topic(group))
@@ -150,6 +152,7 @@ def redrive(
             timeout_s=timeout_s,
             progress=progress,
             rate=rate,
+            clock=clock,
         )
         result = RedriveResult(
             result.sent,
@@ -267,8 +270,11 @@ def _redrive(
     timeout_s: float,
     progress: Progress | None,
     rate: float | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RedriveResult:
-    bodies, missing = _bodies(config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s)
+    bodies, missing = _bodies(
+        config, entries, strict=not skip_missing_bodies, timeout_s=timeout_s, clock=clock
+    )
     if missing and not skip_missing_bodies:
         raise DeadLetterBodyError(missing)
     conf = producer_config(check_kafka_config(config, "dlq redrive"))
@@ -294,7 +300,7 @@ def _redrive(
             hooks.copy("redrive", msg.properties, target, msg.msg_id)
     producer = make_client(_KafkaProducer, conf, what="DLQ redrive producer")
     report = None if progress is None else _Counter(progress, len(records))
-    pacer = None if rate is None else Pacer(rate)
+    pacer = None if rate is None else Pacer(rate, clock)
     sent, failed, too_large = _send(
         producer, records, timeout_s, alone=False, progress=report, pacer=pacer
     )
@@ -313,7 +319,7 @@ class Pacer:
     """At most ``rate`` sends a second: the n-th send waits until n / rate seconds after the
     first (the wait serves the producer's deliveries meanwhile)."""
 
-    def __init__(self, rate: float, clock: Any = SYSTEM_CLOCK) -> None:
+    def __init__(self, rate: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.rate, self.clock, self.count = rate, clock, 0
         self.start: float | None = None
 
@@ -397,7 +403,12 @@ def _produce(producer: Any, topic: str, record: dict[str, Any]) -> str | None:
 
 
 def _bodies(
-    config: Mapping[str, Any], entries: list[DeadLetterEntry], *, strict: bool, timeout_s: float
+    config: Mapping[str, Any],
+    entries: list[DeadLetterEntry],
+    *,
+    strict: bool,
+    timeout_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[dict[int, bytes | None], list[Problem]]:
     """The bodies of the entries sent to the DLQ without one, read back from the records they
     name; ``None`` (and a problem) where that cannot be done.
@@ -430,7 +441,7 @@ def _bodies(
         for i, where in wanted.items():
             msg = entries[i].message
             if where not in read:
-                read[where] = _read_one(consumer, where, timeout_s)
+                read[where] = read_record_at(consumer, where, timeout_s, clock=clock)
             found = read[where]
             why = found if isinstance(found, str) else _mismatch(found, where, msg)
             if why is not None:
@@ -462,8 +473,11 @@ _GONE = (
 )
 
 
-def _read_one(consumer: Any, where: OmittedBody, timeout_s: float) -> Any:
-    """The record at ``where``, or a string saying why it cannot be read."""
+def read_record_at(
+    consumer: Any, where: OmittedBody, timeout_s: float, *, clock: Clock = SYSTEM_CLOCK
+) -> Any:
+    """The record at ``where``, or a string saying why it cannot be read (within
+    ``timeout_s`` on ``clock``)."""
     tp = TopicPartition(where.kafka_topic, where.partition)
     try:
         low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
@@ -472,9 +486,9 @@ def _read_one(consumer: Any, where: OmittedBody, timeout_s: float) -> Any:
     if not low <= where.offset < high:
         return f"no longer there (the partition holds offsets {low} to {high - 1})"
     consumer.assign([TopicPartition(where.kafka_topic, where.partition, where.offset)])
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     try:
-        while (left := deadline - time.monotonic()) > 0:
+        while (left := deadline - clock.monotonic()) > 0:
             kmsg = consumer.poll(left)
             if kmsg is None:
                 break

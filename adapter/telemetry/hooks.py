@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +26,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from adapter.constants import PROPERTY_RECONSUME_TIME, PROPERTY_UNIQ_KEY
+from adapter.core.clock import Clock
 from adapter.core.routing import DeadLetter, RetryLater, RetryNow
+from adapter.io.clock import SYSTEM_CLOCK
 from adapter.telemetry.meters import MetricBridge, bridge
 
 Headers = list[tuple[str, bytes | None]]
@@ -120,10 +121,15 @@ class Hooks:
 
     # -- consumers -------------------------------------------------------------------------
     def wrap_listener(
-        self, listener: Callable[..., Any], group: str, timeout_s: float | None
+        self,
+        listener: Callable[..., Any],
+        group: str,
+        timeout_s: float | None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> Callable[..., Any]:
         """``listener`` (``listener(msgs, ctx)``, a plain or an ``async def`` function) with
-        a ``process`` span around each call."""
+        a ``process`` span around each call (timed on ``clock``: the consumer's)."""
         if self.noop:
             return listener
         process = self.process
@@ -132,24 +138,30 @@ class Hooks:
 
             @functools.wraps(listener)
             async def traced_async(msgs: list[Any], ctx: Any) -> Any:
-                with process(msgs, group, timeout_s) as finish:
+                with process(msgs, group, timeout_s, clock=clock) as finish:
                     return finish(await listener(msgs, ctx))
 
             return traced_async
 
         @functools.wraps(listener)
         def traced(msgs: list[Any], ctx: Any) -> Any:
-            with process(msgs, group, timeout_s) as finish:
+            with process(msgs, group, timeout_s, clock=clock) as finish:
                 return finish(listener(msgs, ctx))
 
         return traced
 
     @contextlib.contextmanager
     def process(
-        self, msgs: Sequence[Any], group: str, timeout_s: float | None
+        self,
+        msgs: Sequence[Any],
+        group: str,
+        timeout_s: float | None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> Iterator[Callable[[Any], Any]]:
         """The ``process`` span of one listener call on ``msgs`` (current while it runs);
-        gives the function the call's result goes through (it records the result)."""
+        gives the function the call's result goes through (it records the result, and
+        ``timeout`` when the call ran past ``timeout_s`` on ``clock``)."""
         contexts = [self.context_of(m.properties) for m in msgs]
         first = msgs[0]
         attributes: dict[str, Any] = {
@@ -177,10 +189,11 @@ class Hooks:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            began = time.monotonic()
+            now = clock.monotonic
+            began = now()
 
             def finish(result: Any) -> Any:
-                outcome(span, result, time.monotonic() - began, timeout_s)
+                outcome(span, result, now() - began, timeout_s)
                 return result
 
             try:

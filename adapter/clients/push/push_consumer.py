@@ -217,7 +217,7 @@ class PushConsumer(StartsInWith):
             # imported on use: tracing is opt-in and its Avro codec costs import time
             from adapter.io.trace_sink import KafkaTraceSink
 
-            self._owned_trace = KafkaTraceSink(self._config, opts.trace_topic)
+            self._owned_trace = KafkaTraceSink(self._config, opts.trace_topic, clock=opts.clock)
             trace = self._owned_trace
         engine_options = EngineOptions(
             batch_size=opts.consume_message_batch_max_size,
@@ -245,7 +245,9 @@ class PushConsumer(StartsInWith):
                     self.group,
                     f"consumer {self.group}",
                     opts.clock,
-                    lambda member_id: StatusPublisher(self._config, self.group, member_id),
+                    lambda member_id: StatusPublisher(
+                        self._config, self.group, member_id, clock=opts.clock
+                    ),
                 )
             engine = circuit_engine(
                 engine_options,
@@ -278,7 +280,9 @@ class PushConsumer(StartsInWith):
         if self.clustering and opts.offset_resets:
             member.resets = ResetReceiver(
                 member,
-                lambda member_id: ControlChannel(self._config, self.group, member_id),
+                lambda member_id: ControlChannel(
+                    self._config, self.group, member_id, clock=opts.clock
+                ),
                 name=member.name,
             )
         loop = ClientLoop(
@@ -327,7 +331,9 @@ class PushConsumer(StartsInWith):
             assert self._orderly is not None
             orderly = self._orderly
             if hooks is not None:  # a ``process`` span per listener call
-                orderly = hooks.wrap_listener(orderly, self.group, self.options.consume_timeout)
+                orderly = hooks.wrap_listener(
+                    orderly, self.group, self.options.consume_timeout, clock=self.options.clock
+                )
             return OrderlyRunner(
                 orderly,
                 member,
@@ -338,7 +344,9 @@ class PushConsumer(StartsInWith):
         assert self._listener is not None
         listener = self._listener
         if hooks is not None:
-            listener = hooks.wrap_listener(listener, self.group, self.options.consume_timeout)
+            listener = hooks.wrap_listener(
+                listener, self.group, self.options.consume_timeout, clock=self.options.clock
+            )
         if is_async_listener(self._listener):
             return AsyncRunner(
                 listener,

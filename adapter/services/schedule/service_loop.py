@@ -127,7 +127,7 @@ class ServiceLoop:
         if opts.trace_topic and self._trace is None:
             from adapter.io.trace_sink import KafkaTraceSink  # on use: loads the Avro codec
 
-            self._owned_trace = KafkaTraceSink(self.config, opts.trace_topic)
+            self._owned_trace = KafkaTraceSink(self.config, opts.trace_topic, clock=self.clock)
             self._trace = self._owned_trace
         mode = DELIVERIES[opts.delivery]
         cconf = dict(self.config)

@@ -1,13 +1,16 @@
 """Redriving dead letters, pure: the plan (marks, loop guard), the redrive options, pacing,
-and where a DLQ partition's redrive mark moves after a redrive."""
+and where a DLQ partition's redrive mark moves after a redrive; and how long a redrive waits
+for the record an omitted body is read back from (on a fake clock)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 
 from adapter.core.message import MessageExt
+from adapter.core.omitted_body import OmittedBody
 from adapter.errors import InvalidInputError
 from adapter.services.dlq import HEADER_REDRIVE_COUNT, DeadLetterEntry
 from adapter.services.redrive import (
@@ -15,8 +18,10 @@ from adapter.services.redrive import (
     RedriveResult,
     check_redrive_options,
     plan_redrive,
+    read_record_at,
     redrive_marks,
 )
+from tests.unit.kafka_fakes import FakeClock
 
 pytestmark = pytest.mark.unit
 
@@ -99,26 +104,49 @@ def test_bad_redrive_options_name_the_field(rate: Any, guard: Any, field: str) -
     assert err.value.field == field
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-
 def test_pacer_spaces_sends_at_the_rate() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     pacer = Pacer(4.0, clock)
     served: list[float] = []
 
     def serve(s: float) -> None:
         served.append(s)
-        clock.t += s
+        clock.advance(s)
 
     sent_at = []
     for _ in range(5):
         pacer.wait(serve)
-        sent_at.append(clock.t)
+        sent_at.append(clock.now)
     assert [round(t - 100.0, 6) for t in sent_at] == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert max(served) <= 0.1
+
+
+class _Reader:
+    """A consumer that only ever returns records of another partition; each ``poll`` takes
+    a second of the clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.polls = 0
+
+    def get_watermark_offsets(self, _tp: Any, timeout: float) -> tuple[int, int]:
+        return 0, 100
+
+    def assign(self, _partitions: Any) -> None:
+        pass
+
+    def unassign(self) -> None:
+        pass
+
+    def poll(self, _timeout: float) -> Message:
+        self.polls += 1
+        self.clock.advance(1.0)
+        return Message(topic="orders", partition=1, offset=7, value=b"other")
+
+
+def test_reading_an_omitted_body_gives_up_when_the_clock_passes_the_timeout() -> None:
+    clock = FakeClock()
+    reader = _Reader(clock)
+    where = OmittedBody(size=5, kafka_topic="orders", partition=0, offset=7)
+    assert read_record_at(reader, where, 5.0, clock=clock) == "not read within 5 s"
+    assert reader.polls == 5

@@ -149,6 +149,28 @@ def test_a_listener_result_on_its_span(
     assert done.status.status_code is code
 
 
+def test_a_listener_call_is_timed_on_the_consumer_s_clock(exporter: InMemorySpanExporter) -> None:
+    """The ``process`` span says ``timeout`` when the call ran past ``consume_timeout`` on
+    the clock the consumer was given (here a fake one: the call takes no real time)."""
+    from adapter.core.message import MessageExt
+    from tests.unit.kafka_fakes import FakeClock
+
+    clock = FakeClock()
+
+    def slow(msgs: list[Any], ctx: Any) -> Any:
+        clock.advance(6.0)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    traced = hooks().wrap_listener(slow, "G", 5.0, clock=clock)
+    msg = MessageExt(
+        topic="orders", body=b"x", msg_id="m-1", queue_id=0, queue_offset=3, kafka_topic="orders"
+    )
+    traced([msg], None)
+    (done,) = exporter.get_finished_spans()
+    assert (done.attributes or {})["rocketmq.result"] == "timeout"
+    assert done.status.status_code is StatusCode.ERROR
+
+
 def test_the_switch() -> None:
     assert not telemetry.is_instrumented() and state.active is None
     telemetry.instrument()

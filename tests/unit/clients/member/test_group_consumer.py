@@ -12,12 +12,14 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
 from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer
 from adapter.clients.push.concurrent_runner import ConcurrentRunner
+from adapter.clients.push.orderly_runner import OrderlyRunner
 from adapter.constants import HEADER_DUE_MS
 from adapter.core.delay import DelayLevels
 from adapter.core.engine import ConcurrentEngine, EngineOptions, Pause, Resume
+from adapter.core.engine.orderly import OrderlyEngine, OrderlyOptions
 from adapter.core.filter import TagFilter
 from adapter.core.hops import GroupTopics
-from adapter.core.listener import ListenerMode
+from adapter.core.listener import ConsumeOrderlyStatus, ListenerMode
 from adapter.core.offsets import ConsumeFromWhere
 from adapter.core.routing import ConsumeConcurrentlyStatus
 from adapter.errors import UnknownTopicError
@@ -50,8 +52,12 @@ class Member:
         store_dir: Path | None = None,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         existing: dict[tuple[str, int], tuple[int, int]] | None = None,
+        slow: dict[bytes, float] | None = None,
+        orderly: bool = False,
     ) -> None:
         self.clock = FakeClock()
+        #: body -> seconds of the clock the listener takes on it
+        self.slow = slow or {}
 
         def cluster(consumer: FakeConsumer) -> None:  # what exists when the member starts
             for (topic, partition), marks in (existing or {}).items():
@@ -65,8 +71,9 @@ class Member:
         self.fail = fail or set()
         topics = GroupTopics(GROUP, DelayLevels.DEFAULT)
         self.topics = topics
-        engine = ConcurrentEngine(
-            EngineOptions(batch_size=1, clustering=clustering, store_interval_s=0.0)
+        options = EngineOptions(batch_size=1, clustering=clustering, store_interval_s=0.0)
+        engine: ConcurrentEngine | OrderlyEngine = (
+            OrderlyEngine(options, OrderlyOptions()) if orderly else ConcurrentEngine(options)
         )
         filters = {TOPIC: TagFilter.parse("*")}
         if clustering:
@@ -92,14 +99,24 @@ class Member:
             producer_factory=self.producers,
             admin_factory=self.admins,
         )
-        runner = ConcurrentRunner(
-            self.listener, self.group, engine, mode=ListenerMode.INLINE, threads=1
+        runner: ConcurrentRunner | OrderlyRunner = (
+            OrderlyRunner(self.in_order, self.group, engine, mode=ListenerMode.INLINE, threads=1)
+            if isinstance(engine, OrderlyEngine)
+            else ConcurrentRunner(
+                self.listener, self.group, engine, mode=ListenerMode.INLINE, threads=1
+            )
         )
         self.group.bind(runner, guard=lambda f: f, running=lambda: True)
 
     def listener(self, msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
         self.received += [m.body for m in msgs]
+        self.clock.advance(sum(self.slow.get(m.body, 0.0) for m in msgs))
         return LATER if any(m.body in self.fail for m in msgs) else OK
+
+    def in_order(self, msgs: list[Any], ctx: Any) -> ConsumeOrderlyStatus:
+        self.received += [m.body for m in msgs]
+        self.clock.advance(sum(self.slow.get(m.body, 0.0) for m in msgs))
+        return ConsumeOrderlyStatus.SUCCESS
 
     @property
     def consumer(self) -> FakeConsumer:
@@ -171,6 +188,31 @@ def test_fetched_records_reach_the_listener_and_their_offsets_are_stored() -> No
     stored = [s[(TOPIC, 0)] for s in m.consumer.stored if (TOPIC, 0) in s]
     assert stored[-1] == 3  # the next offset to read
     assert m.group.stats.snapshot()[TOPIC].consume_ok == 3
+
+
+def test_an_inline_listener_call_is_timed_on_the_member_s_clock() -> None:
+    """A call that ran past ``consume_timeout`` (900 s) on the member's clock is a timeout,
+    sent back as RECONSUME_LATER, though it took no real time; the others are not."""
+    m = _opened(slow={b"slow": 901.0, b"quick": 899.0})
+    m.consumer.queue += [record(TOPIC, 0, 0, b"slow"), record(TOPIC, 0, 1, b"quick")]
+    m.steps()
+    stats = m.group.stats.snapshot()[TOPIC]
+    assert (stats.timeouts, stats.consume_ok) == (1, 1)
+    assert [p.value for p in m.producer.produced] == [b"slow"]  # its copy: sent back
+
+
+def test_an_inline_orderly_listener_call_is_timed_on_the_member_s_clock() -> None:
+    """An orderly call past ``consume_timeout`` on the member's clock is a timeout: its
+    partition waits (SUSPEND_CURRENT_QUEUE_A_MOMENT) and the message is handed to it again."""
+    m = _opened(orderly=True, slow={b"slow": 901.0})
+    m.consumer.queue += [record(TOPIC, 0, 0, b"slow")]
+    m.steps()
+    assert m.group.stats.snapshot()[TOPIC].timeouts == 1
+    m.slow.clear()
+    for _ in range(40):  # the suspension (1 s by default) passes on the fake clock
+        m.steps(1)
+    assert m.received[:2] == [b"slow", b"slow"]
+    assert m.group.stats.snapshot()[TOPIC].consume_ok == 1
 
 
 def test_close_commits_exactly_what_was_handled() -> None:
