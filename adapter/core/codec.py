@@ -247,10 +247,9 @@ _last_failure: tuple[Failure | None, list[tuple[str, bytes | None]]] = (None, []
 
 
 def _failure_pairs(failure: Failure) -> list[tuple[str, bytes | None]]:
+    """The two header pairs of ``failure``, made and cached (the callers look in the cache
+    first, inline: a failed batch's messages share one ``Failure``)."""
     global _last_failure  # noqa: PLW0603 - a one-entry cache, replaced whole (thread-safe)
-    last = _last_failure
-    if last[0] is failure:
-        return last[1]
     pairs: list[tuple[str, bytes | None]] = [
         (HEADER_FAILURE_TYPE, failure.type.encode()),
         (HEADER_FAILURE_MESSAGE, failure.truncated().encode()),

@@ -46,6 +46,7 @@ from adapter.core.codec import (
     dlq_headers,
     encode_message_headers,
     forward_headers,
+    logical_topic,
     redrive_headers,
     replace_headers,
     retry_headers,
@@ -578,6 +579,7 @@ class TestDlqHeaders:
         d = as_dict(out)
         assert text(out, PROPERTY_DLQ_ORIGIN_TOPIC) == "orders"
         assert text(out, PROPERTY_DLQ_ORIGIN_MESSAGE_ID) == "O"
+        assert text(out, PROPERTY_ORIGIN_MESSAGE_ID) == "O"
         assert text(out, PROPERTY_RETRY_TOPIC) == "orders"
         assert text(out, HEADER_DLQ_REASON) == "MAX_RECONSUME_TIMES"
         assert text(out, HEADER_DLQ_TIME_MS) == "1234"
@@ -1078,3 +1080,90 @@ def test_the_fused_copy_of_a_plain_record_is_the_general_one(
     assert got == tuple(hops.send_back(view(), dest, topics, now_ms=10_000, failure=failure))
     assert got is not None and as_dict(got[3])[PROPERTY_UNIQ_KEY] == b"orders:1:5"
     assert (msg.msg_id, msg.reconsume_times, msg.raw_headers) == ("orders:1:5", 0, ())
+
+
+# --- what the mutation run found untested (2026-11-28) ---------------------------------------
+
+
+_LONG_GROUP = "G" * 245  # its retry and DLQ names are digest-shortened on Kafka
+
+
+@pytest.mark.parametrize("logical_of", [retry_topic, dlq_topic])
+def test_a_shortened_topic_is_named_by_the_group_that_wrote_it(logical_of: Any) -> None:
+    kafka_topic = to_kafka(logical_of(_LONG_GROUP))
+    assert logical_topic(kafka_topic, _LONG_GROUP) == logical_of(_LONG_GROUP)
+    assert logical_topic(kafka_topic, "other-group") == kafka_topic
+    assert logical_topic(kafka_topic) == kafka_topic
+    # a record of it names its group in RMQ_GROUP
+    msg = record([(HEADER_GROUP, _LONG_GROUP.encode())], kafka_topic=kafka_topic)
+    assert msg.topic == logical_of(_LONG_GROUP)
+
+
+def test_a_shortened_retry_name_is_not_taken_for_another_groups_dlq() -> None:
+    kafka_topic = to_kafka(retry_topic(_LONG_GROUP))
+    assert logical_topic(kafka_topic, _LONG_GROUP + "x") == kafka_topic
+
+
+@pytest.mark.parametrize(
+    ("timestamp_ms", "log_append_time", "born", "store"),
+    [
+        (1_700_000_000_000, False, 1_700_000_000_000, 1_700_000_000_000),
+        (0, False, 0, 0),  # the epoch is a time, not "none"
+        (1_700_000_000_000, True, None, 1_700_000_000_000),
+        (None, False, None, None),
+    ],
+)
+def test_a_records_timestamp_is_its_born_time_unless_the_log_appended_it(
+    timestamp_ms: int | None, log_append_time: bool, born: int | None, store: int | None
+) -> None:
+    msg = decode_record(
+        kafka_topic="orders", partition=0, offset=0, value=b"", key=None, headers=None,
+        timestamp_ms=timestamp_ms, **({"log_append_time": True} if log_append_time else {}),
+    )  # fmt: skip
+    assert (msg.born_timestamp, msg.store_timestamp) == (born, store)
+
+
+def test_a_dead_letter_keeps_the_first_born_time_and_notes_malformed_headers() -> None:
+    kept = record(
+        [
+            (HEADER_ORIGIN_BORN_MS, b"42"),
+            (PROPERTY_RECONSUME_TIME, b"x"),
+            (PROPERTY_MAX_RECONSUME_TIMES, b"y"),
+        ]
+    )
+    out = dlq_headers(kept, group=GROUP, reason="R", now_ms=0, failure=None)
+    assert text(out, HEADER_ORIGIN_BORN_MS) == "42"
+    assert text(out, HEADER_MALFORMED) == (
+        "RECONSUME_TIME='x' is not a count: read as 0; "
+        "MAX_RECONSUME_TIMES='y' is not valid: group maximum used"
+    )
+    plain = record(timestamp_ms=1_700_000_000_000)
+    out = dlq_headers(plain, group=GROUP, reason="R", now_ms=0, failure=None)
+    assert text(out, HEADER_ORIGIN_BORN_MS) == "1700000000000"
+    assert HEADER_MALFORMED not in as_dict(out)
+    unborn = record(timestamp_ms=None)
+    assert HEADER_ORIGIN_BORN_MS not in as_dict(
+        dlq_headers(unborn, group=GROUP, reason="R", now_ms=0, failure=None)
+    )
+
+
+def test_a_repeated_user_header_goes_where_its_last_value_was() -> None:
+    msg = record([("a", b"1"), ("b", b"2"), ("a", b"3")])
+    out = dlq_headers(msg, group=GROUP, reason="R", now_ms=0, failure=None)
+    assert [(k, v) for k, v in out if k in ("a", "b")] == [("b", b"2"), ("a", b"3")]
+    assert replace_headers([("a", b"1"), ("b", b"2"), ("a", b"3")], {}) == [
+        ("b", b"2"),
+        ("a", b"3"),
+    ]
+
+
+def test_copies_of_one_due_time_to_two_levels_go_to_each_level() -> None:
+    """The copier keeps the last level and due time; either changing is a new destination."""
+    topics = hops.GroupTopics(GROUP, LEVELS)
+    copier = hops.retry_copier(topics)
+    for due in (5_000, 2):  # 2: a due time equal to the next level's number
+        first = copier.copy(record(), 1, due, None)
+        second = copier.copy(record(), 2, due, None)
+        assert first is not None and second is not None
+        assert (first[0], second[0]) == (topics.level_topic(1), topics.level_topic(2))
+        assert text(second[3], PROPERTY_DELAY_TIME_LEVEL) == "2"

@@ -79,7 +79,11 @@ class TestSplitBatch:
     def test_negative_size(self) -> None:
         with pytest.raises(ListenerResultError) as info:
             split_batch(SUCCESS, None, -1)
-        assert info.value.value == -1
+        assert (info.value.field, info.value.value, info.value.reason) == (
+            "batch size",
+            -1,
+            "must be >= 0",
+        )
 
     @pytest.mark.parametrize(
         "result",
@@ -90,7 +94,10 @@ class TestSplitBatch:
             split_batch(result, None, 1)
         assert info.value.value is result
         assert repr(result) in str(info.value)
-        assert "listener result" in str(info.value)
+        assert (info.value.field, info.value.reason) == (
+            "listener result",
+            "expected ConsumeConcurrentlyStatus, counted as RECONSUME_LATER",
+        )
 
     @given(
         st.sampled_from([SUCCESS, LATER]),

@@ -14,6 +14,7 @@ from adapter.constants import (
 )
 from adapter.core.delay import DelayLevels
 from adapter.core.schedule import (
+    EntryInfo,
     Forward,
     Invalid,
     Placement,
@@ -22,6 +23,7 @@ from adapter.core.schedule import (
     decide,
     place_delay_level,
     place_deliver_time,
+    read_entry,
 )
 from adapter.errors import InvalidDelayLevelError
 
@@ -270,3 +272,41 @@ def test_cascade_never_early_never_late(case: tuple[DelayLevels, int, int]) -> N
         assert forwarded_at - deliver <= shortest  # never late by more than the shortest level
         # every hop but the last advances by at least the shortest level
         assert hops <= ahead // shortest + 1
+
+
+_SEEN = 1_000
+
+
+@pytest.mark.parametrize(
+    ("headers", "info"),
+    [
+        ([], EntryInfo(None, None, _SEEN, None, "REAL_TOPIC missing")),
+        (
+            [("REAL_TOPIC", b"orders")],
+            EntryInfo("orders", None, _SEEN, None, "RMQ_DUE_MS=None is not an epoch-ms time"),
+        ),
+        (
+            [("REAL_TOPIC", b"orders"), ("RMQ_DUE_MS", b"soon")],
+            EntryInfo("orders", None, _SEEN, None, "RMQ_DUE_MS='soon' is not an epoch-ms time"),
+        ),
+        (
+            [("REAL_TOPIC", b"orders"), ("RMQ_DUE_MS", b"900"), ("REAL_QID", b"-1")],
+            EntryInfo("orders", None, _SEEN, None, "REAL_QID='-1' is not a partition number"),
+        ),
+        (
+            [("REAL_TOPIC", b"orders"), ("RMQ_DUE_MS", b"900"), ("REAL_QID", b"3"),
+             ("TIMER_DELIVER_MS", b"x")],
+            EntryInfo("orders", 3, _SEEN, None, "TIMER_DELIVER_MS='x' is not an epoch-ms time"),
+        ),
+        (
+            # a value that is not UTF-8 is read with U+FFFD, never fails the service
+            [("REAL_TOPIC", b"ord\xffers"), ("RMQ_DUE_MS", b"900")],
+            EntryInfo("ord\ufffders", None, 900, None),
+        ),
+    ],
+)  # fmt: skip
+def test_an_entry_that_cannot_be_scheduled_says_why_and_keeps_what_it_read(
+    headers: list[tuple[str, bytes | None]], info: EntryInfo
+) -> None:
+    """What the service's DLQ record and its log show for an entry it cannot forward."""
+    assert read_entry(headers, level_delay_ms=5_000, seen_ms=_SEEN) == info
