@@ -16,6 +16,11 @@ previous one is unacknowledged.  So the consumer's state and every call into it 
 one lock, except ``poll``, which runs only when nothing of the previous poll is left (no
 call could touch a record then); a background thread ends expired holds, dead-letters, and
 sends acknowledgements that no poll has carried yet.
+
+Why one module (about 680 lines): :class:`ShareBackend` is one state machine around that one
+consumer and its one lock: receive, ack, the invisible-duration changes, the upkeep thread
+and shutdown all read and change the same holds under it, and the order of those calls is
+what keeps librdkafka's rule.  What can stand alone already does, in the modules above.
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ shared group member (:mod:`adapter.clients.member.group_consumer`) on the shared
 (:mod:`adapter.io.loop`).  The application's threads call the engine under a lock that is
 held only for the engine call.  A ``receive`` that finds fewer messages buffered than it
 asks for reads librdkafka itself, on its own thread, when the loop is not mid-step
-(:class:`MemberTurns`): handing records over from the loop thread cost more than reading them,
-the two threads being serialised by the GIL.  While receives read this way the loop only
-keeps time (expiries, offsets, copies' reports); a ``receive`` that still finds nothing
-waits (up to ``await_duration``) until the loop has fetched something and hands it over.
+(:class:`~adapter.clients.simple.member_turns.MemberTurns`): handing records over from the
+loop thread cost more than reading them, the two threads being serialised by the GIL.
+While receives read this way the loop only keeps time (expiries, offsets, copies' reports);
+a ``receive`` that still finds nothing waits (up to ``await_duration``) until the loop has
+fetched something and hands it over.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Unpack, cast
@@ -34,6 +35,8 @@ from typing import Any, Unpack, cast
 from adapter.clients.member.contracts import Call
 from adapter.clients.member.group_consumer import ConsumeSettings, GroupConsumer
 from adapter.clients.simple.backend_calls import ack_settled, await_seconds, change_settled
+from adapter.clients.simple.locked_engine import LockedEngine
+from adapter.clients.simple.member_turns import MemberTurns
 from adapter.clients.simple.message_view import (
     ClassicMessageView,
     FilterExpression,
@@ -50,7 +53,7 @@ from adapter.clients.simple.simple_options import (
 )
 from adapter.core import naming
 from adapter.core.delay import DelayLevels
-from adapter.core.engine import Action, SendBack, Work
+from adapter.core.engine import Work
 from adapter.core.engine.pull import (
     MAX_INVISIBLE_S,
     MIN_RECEIVE_INVISIBLE_S,
@@ -62,7 +65,6 @@ from adapter.core.engine.pull import (
 from adapter.core.filter import TagFilter
 from adapter.core.hops import GroupTopics
 from adapter.core.offsets import FlowLimits, start_rule
-from adapter.core.publishing import Refusal
 from adapter.core.stats import TopicStats
 from adapter.core.types import TP
 from adapter.errors import (
@@ -78,9 +80,7 @@ from adapter.telemetry import state as telemetry
 
 log = logging.getLogger("adapter.simple_consumer")
 
-#: The options, backends and message view live in :mod:`.simple_options` and
-#: :mod:`.message_view`; they stay importable from here.
-__all__ = ["ClassicBackend", "MemberTurns"]
+__all__ = ["ClassicBackend"]
 
 #: Records the loop takes per fetch (they wait in the buffer for ``receive``).
 _FETCH_SIZE = 128
@@ -104,163 +104,6 @@ class _Waiting:
     invisible_s: float
     deadline: float
     future: PullFuture[list[MessageView]]
-
-
-class _LockedEngine:
-    """The pull engine behind the consumer's lock (the loop thread's calls)."""
-
-    def __init__(self, engine: PullEngine, lock: threading.Lock) -> None:
-        self.engine = engine
-        self._lock = lock
-
-    def assigned(self, tp: TP) -> None:
-        with self._lock:
-            self.engine.assigned(tp)
-
-    def revoked(self, tp: TP) -> None:
-        with self._lock:
-            self.engine.revoked(tp)
-
-    def owns(self, tp: TP) -> bool:
-        with self._lock:
-            return self.engine.owns(tp)
-
-    def running(self, tps: Sequence[TP] | set[TP] | None = None) -> bool:
-        return False
-
-    def fetched(
-        self, tp: TP, msgs: list[Any], end: int, nbytes: int = 0, *, pooled: bool = False
-    ) -> Work | None:
-        with self._lock:
-            return self.engine.fetched(tp, msgs, end, nbytes, pooled=pooled)
-
-    def published(self, action: SendBack) -> None:
-        with self._lock:
-            self.engine.published(action)
-
-    def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
-        with self._lock:
-            return self.engine.publish_failed(action, refusal, now)
-
-    def tick(self, now: float) -> list[Action]:
-        with self._lock:
-            return self.engine.tick(now)
-
-    def committable(self, tp: TP) -> int | None:
-        with self._lock:
-            return self.engine.committable(tp)
-
-    def store_failed(self, tps: list[TP]) -> None:
-        with self._lock:
-            self.engine.store_failed(tps)
-
-    def in_flight(self, tp: TP) -> int:
-        with self._lock:
-            return self.engine.in_flight(tp)
-
-    def paused(self) -> list[TP]:
-        with self._lock:
-            return self.engine.paused()
-
-    def local_retries(self) -> int:
-        # introspection only: messages visible again wait for ``receive``, not for a timer
-        # (the loop's timers come from ``next_due``)
-        return 0
-
-    def next_due(self) -> float | None:
-        with self._lock:
-            return self.engine.next_due()
-
-
-class MemberTurns:
-    """The group member, taken in turns by the loop thread (a whole ``step``) and by a
-    receiving thread that reads librdkafka itself (:meth:`fetch`).
-
-    One at a time: the member's state, and the rebalance callbacks a ``consume`` serves on
-    whichever thread calls it, never run on two threads at once, so a callback served on a
-    receiving thread finds the member as the loop would.  The loop hands its turn over
-    only while it sleeps at the top of a step (:meth:`wait`), never inside a callback,
-    while it drains partitions or while closing.  Lock order: this lock, then the
-    consumer's.
-    """
-
-    def __init__(self, member: GroupConsumer) -> None:
-        self.member = member
-        self.lock = threading.Lock()
-        #: the holder is the loop thread at the top of a step: a wait may hand the turn over
-        self.yielding = False
-        #: what a receiving thread's read raised: the loop raises it (and stops) as if it
-        #: had met it itself
-        self.error: BaseException | None = None
-
-    def open(self) -> None:
-        with self.lock:
-            self.member.open()
-
-    def step(self) -> None:
-        with self.lock:
-            error, self.error = self.error, None
-            if error is not None:
-                raise error
-            self.yielding = True
-            try:
-                self.member.step()
-            finally:
-                self.yielding = False
-
-    def stop_starting(self) -> None:
-        self.member.stop_starting()  # flags only: no lock (any thread, a signal's too)
-
-    def close(self) -> None:
-        with self.lock:
-            self.member.close()
-
-    def guard(
-        self, loop_guard: Callable[[Callable[..., None]], Callable[..., None]]
-    ) -> Callable[[Callable[..., None]], Callable[..., None]]:
-        """The loop's callback guard, and no hand-over while a rebalance callback runs."""
-
-        def wrap(callback: Callable[..., None]) -> Callable[..., None]:
-            guarded = loop_guard(callback)
-
-            def in_callback(*args: Any) -> None:
-                saved, self.yielding = self.yielding, False
-                try:
-                    guarded(*args)
-                finally:
-                    self.yielding = saved
-
-            in_callback.__name__ = guarded.__name__
-            return in_callback
-
-        return wrap
-
-    def fetch(self, size: int) -> bool:
-        """On a receiving thread: hand the engine what librdkafka holds now, unless the
-        loop is mid-step (``False``: nothing was read)."""
-        lock = self.lock
-        if not lock.acquire(False):
-            return False
-        try:
-            self.member.fetch_now(size)
-        except Exception as exc:
-            self.error = self.error or exc
-        finally:
-            lock.release()
-        return True
-
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        """The loop sleeps on ``event``; at the top of a step it hands its turn over
-        meanwhile (not while it drains partitions it is about to reset)."""
-        if not self.yielding or self.member.draining:
-            return event.wait(timeout)
-        self.yielding = False
-        self.lock.release()
-        try:
-            return event.wait(timeout)
-        finally:
-            self.lock.acquire()
-            self.yielding = True
 
 
 class _PullRunner:
@@ -417,7 +260,7 @@ class ClassicBackend:
             name=self.name,
             config=self._config,
             group=self.consumer_group,
-            engine=_LockedEngine(self._engine, self._lock),
+            engine=LockedEngine(self._engine, self._lock),
             topics=GroupTopics(self.consumer_group, DelayLevels.DEFAULT),
             filters=self._filters(),
             settings=self._settings(),

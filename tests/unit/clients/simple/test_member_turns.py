@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from adapter.clients.simple.classic_backend import MemberTurns
+from adapter.clients.simple.member_turns import MemberTurns
 
 WAIT_S = 5.0
 
