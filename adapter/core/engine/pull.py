@@ -472,27 +472,28 @@ class PullEngine:
         changes nothing."""
         lease = handle.lease if type(handle) is self.handle_type else None
         if (
-            lease is not None
-            and (part := lease.part).live  # still the assignment it was received in
-            and handle.state is _INVISIBLE
-            and lease.consumer is self.consumer_id
-            and lease.deadline > now
+            lease is None
+            or not (part := lease.part).live  # still the assignment it was received in
+            or handle.state is not _INVISIBLE
+            or lease.consumer is not self.consumer_id
+            or lease.deadline <= now
         ):
-            # the common case, inlined (_live passes, then _settle of the handle itself)
-            handle.state = _ACKED
-            self._invisible -= 1
-            del part.held[handle.offset]
-            part.nbytes -= len(handle.msg.body)
-            if not part.touched:
-                part.touched = True
-                self._dirty.add(part.tp)
-            return
-        if handle.state is HandleState.ACKED and handle.consumer == self.consumer_id:
-            return
-        part = self._live(handle, now)
-        handle.state = HandleState.ACKED
+            # not the common case: acknowledged before (harmless), or unusable (raises)
+            if (
+                isinstance(handle, ReceiptHandle)
+                and handle.state is HandleState.ACKED
+                and handle.consumer == self.consumer_id
+            ):
+                return
+            # usable after all (a handle of another type, say): the current assignment's
+            part = self._live(handle, now)
+        handle.state = _ACKED
         self._invisible -= 1
-        self._settle(part, handle.offset)
+        del part.held[handle.offset]
+        part.nbytes -= len(handle.msg.body)
+        if not part.touched:
+            part.touched = True
+            self._dirty.add(part.tp)
 
     def renew(self, handle: ReceiptHandle, invisible_s: float, now: float) -> ReceiptHandle:
         """RocketMQ's ``change_invisible_duration``, in place: the message becomes
@@ -555,20 +556,17 @@ class PullEngine:
         self._deadlines = items
         self._in_heap = count
 
-    def _settle(self, part: _Partition, offset: int) -> None:
-        owner = part.held.pop(offset)
-        msg = owner.msg if isinstance(owner, ReceiptHandle | SendBack) else owner
-        part.nbytes -= len(msg.body)
-        self._dirty.add(part.tp)
-
     # -- publishing ------------------------------------------------------------------------
     def published(self, action: SendBack) -> None:
         """The broker acknowledged ``action``'s copy: the message is settled."""
         part = self._parts.get(action.tp)
         if part is None or part.generation != action.generation:
             return
-        if part.held.get(action.msg.queue_offset) is action:
-            self._settle(part, action.msg.queue_offset)
+        offset = action.msg.queue_offset
+        if part.held.get(offset) is action:
+            del part.held[offset]
+            part.nbytes -= len(action.msg.body)
+            self._dirty.add(part.tp)
 
     def publish_failed(self, action: SendBack, refusal: Refusal, now: float) -> list[Action]:
         """The broker refused ``action``'s copy: the next step (shared rule)."""

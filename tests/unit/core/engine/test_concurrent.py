@@ -27,7 +27,7 @@ from adapter.core.engine import (
     StoreOffsets,
     Work,
 )
-from adapter.core.engine.actions import TraceInfo
+from adapter.core.engine.actions import TimedOut, TraceInfo
 from adapter.core.engine.concurrent import COPY_ALLOWANCE
 from adapter.core.listener import ConsumeConcurrentlyContext, MessageQueue, Outcome, judge
 from adapter.core.offsets import FlowLimits
@@ -642,3 +642,390 @@ def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
     assert stored(eng.tick(1.0)) == {}
     eng.store_failed([TP])
     assert stored(eng.tick(2.0)) == {TP: 10}
+
+
+# --- bookkeeping seen through the public surface ------------------------------------------
+TP2 = ("orders", 1)
+
+
+def failed_copy(eng: ConcurrentEngine, tp: tuple[str, int], first: int, n: int = 1) -> list[Any]:
+    """The copies of ``n`` messages fetched from ``first`` on, all failed (RECONSUME_LATER)."""
+    work = eng.fetched(tp, msgs(first, n), end=first + n)
+    assert work is not None
+    failures = [(i, outcome(LATER, work.batch_len(i)), 0.0) for i in range(work.nbatches)]
+    return of(SendBack, eng.settle_run(work, failures, 0.0))
+
+
+class TestPartitions:
+    def test_a_fetch_returns_its_run_in_the_current_generation(self) -> None:
+        eng = engine()
+        batch = msgs(4, 3)
+        work = eng.fetched(TP, batch, end=9, nbytes=30)
+        assert work is not None
+        assert (work.tp, work.generation, work.msgs, work.end, work.nbytes) == (TP, 1, batch, 9, 30)
+        default = eng.fetched(TP, msgs(9, 1), end=10)
+        assert default is not None and default.nbytes == 0
+        eng.revoked(TP)
+        eng.revoked(TP2)  # never ours: harmless
+        eng.assigned(TP)
+        eng.assigned(TP2)
+        again = eng.fetched(TP, msgs(0, 1), end=1)
+        other = eng.fetched(TP2, msgs(0, 1), end=1)
+        assert again is not None and other is not None
+        assert (again.generation, other.generation) == (3, 2)
+        eng.assigned(TP)
+        assert eng.is_current(again) is False and eng.is_current(other) is True
+        eng.revoked(TP2)
+        assert eng.is_current(other) is False and not eng.owns(TP2) and eng.owns(TP)
+        assert eng.committable(TP2) is None and eng.in_flight(TP2) == 0
+
+    def test_running_names_the_partitions_with_a_batch_not_completed(self) -> None:
+        eng = engine()
+        eng.assigned(TP2)
+        work = eng.fetched(TP, msgs(0, 2), end=2, pooled=True)
+        assert work is not None
+        assert eng.running() and eng.running([TP]) and not eng.running([TP2])
+        assert not eng.running([("other", 0)])
+        eng.completed(work, 0, None, 0.0)
+        assert not eng.running() and not eng.running([TP])
+
+    def test_results_and_verdicts_for_a_partition_no_longer_ours_are_ignored(self) -> None:
+        eng = engine()
+        [back] = failed_copy(eng, TP, 0)
+        work = eng.fetched(TP, msgs(1, 1), end=2)
+        assert work is not None
+        eng.revoked(TP)
+        assert eng.settle_run(work, [(0, outcome(LATER, 1), 0.0)], 0.0) == []
+        assert eng.publish_failed(back, Refusal.TOO_LARGE, 0.0) == []
+        assert eng.rerun([back]) is None
+        eng.published_all([back])
+        assert eng.tick(0.0) == []
+
+
+class TestCopiesAndTheirVerdicts:
+    def test_a_copy_is_sent_in_a_batch_with_its_body(self) -> None:
+        eng = engine()
+        [back] = failed_copy(eng, TP, 0)
+        assert back.alone is False and back.omit_body is False
+
+    def test_the_escalation_of_a_copy_too_large(self) -> None:
+        """Alone, then to the DLQ (in a batch, with its body), alone, without its body."""
+        eng = engine()
+        [action] = failed_copy(eng, TP, 0)
+        steps = []
+        for _ in range(4):
+            [action] = eng.publish_failed(action, Refusal.TOO_LARGE, 0.0)
+            steps.append((action.dest, action.alone, action.omit_body))
+        dead = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, 1)
+        assert steps == [
+            (RetryLater(3, 10_000, 1), True, False),
+            (dead, False, False),
+            (dead, True, False),
+            (dead, False, True),
+        ]
+
+    def test_verdicts_in_one_call_skip_stale_copies_and_settle_the_rest(self) -> None:
+        eng = engine(batch_size=1)
+        eng.assigned(TP2)
+        [stale] = failed_copy(eng, TP2, 0)
+        eng.revoked(TP2)
+        first, second = failed_copy(eng, TP, 0, 2)
+        eng.published_all([stale, first, second])
+        assert eng.in_flight(TP) == 0 and eng.committable(TP) == 2
+
+    def test_the_destination_of_each_failed_message_follows_its_own_counts(self) -> None:
+        eng = engine(max_reconsume_times=3, batch_size=8)
+        batch = [
+            Msg(0, reconsume_times=0),
+            Msg(1, reconsume_times=0, max_reconsume_times=0),
+            Msg(2, reconsume_times=0),
+            Msg(3, reconsume_times=1),
+            Msg(4, reconsume_times=3),
+            Msg(5, reconsume_times=3, max_reconsume_times=5),
+            Msg(6, reconsume_times=3, max_reconsume_times=5),
+        ]
+        work = eng.fetched(TP, batch, end=7)
+        assert work is not None
+        backs = of(SendBack, eng.settle_run(work, [(0, outcome(LATER, 7), 0.0)], 0.0))
+        assert [b.dest for b in backs] == [
+            RetryLater(3, 10_000, 1),
+            DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 1),
+            RetryLater(3, 10_000, 1),
+            RetryLater(4, 30_000, 2),
+            DeadLetter(DeadLetterReason.MAX_RECONSUME_TIMES, 4),
+            RetryLater(5, 60_000, 4),
+            RetryLater(5, 60_000, 4),
+        ]
+
+
+class TestBytesInFlight:
+    """Bodies count from fetch until settled; a failed message's body until its copy is
+    acknowledged (every body here is 10 bytes; the pause names the bytes in flight)."""
+
+    def test_runs_add_up_and_let_go_of_their_bytes_when_done(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=25, max_span=10**6))
+        first = eng.fetched(TP, msgs(0, 2), end=2, nbytes=20, pooled=True)
+        second = eng.fetched(TP, msgs(2, 1), end=3, nbytes=10, pooled=True)
+        assert first is not None and second is not None
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 25")]
+        eng.completed(first, 0, None, 0.0)
+        eng.completed(first, 1, None, 0.0)  # the run is done: its 20 bytes go
+        assert of(Resume, eng.tick(0.0)) == [Resume(TP)]
+        eng.fetched(TP, msgs(3, 2), end=5, nbytes=20)
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 25")]
+
+    def test_failed_messages_keep_their_bodies_until_their_copies_are_acknowledged(
+        self,
+    ) -> None:
+        eng = engine(batch_size=4, flow=FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 4), end=4, nbytes=40)
+        assert work is not None
+        backs = of(SendBack, eng.settle_run(work, [(0, outcome(OK, 4, ack_index=0), 0.0)], 0.0))
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 15")]
+        eng.published(backs[0])
+        eng.published(backs[2])
+        assert of(Resume, eng.tick(0.0)) == []  # 10 bytes: not below half of 15
+        eng.published(backs[1])
+        assert of(Resume, eng.tick(0.0)) == [Resume(TP)]
+
+    def test_a_local_retry_lets_go_of_its_body_when_it_succeeds(self) -> None:
+        eng = engine(
+            send_back_retry_interval_s=1.0,
+            flow=FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6),
+        )
+        backs = failed_copy(eng, TP, 0, 2)
+        for b in backs:
+            eng.publish_failed(b, Refusal.TRANSIENT, 0.0)
+        actions = eng.tick(1.0)
+        runs = of(RunWork, actions)
+        assert [len(r.work.msgs) for r in runs] == [1, 1]
+        assert of(Pause, actions) == [Pause(TP, "20 bytes in flight > 15")]
+        assert eng.completed(runs[0].work, 0, None, 1.5) == []  # pooled: settles one
+        assert eng.in_flight(TP) == 1 and eng.committable(TP) == 1
+        assert of(Resume, eng.tick(1.5)) == []
+        eng.settle_run(runs[1].work, [], 1.5)
+        actions = eng.tick(1.5)
+        assert of(Resume, actions) == [Resume(TP)] and stored(actions) == {TP: 2}
+        assert eng.in_flight(TP) == 0
+
+
+class TestBroadcastingDrops:
+    def test_a_dropped_message_names_its_partition_failure_and_place(self) -> None:
+        eng = engine(clustering=False, batch_size=3)
+        work = eng.fetched(TP, msgs(0, 3), end=3, pooled=True)
+        assert work is not None
+        out = outcome(OK, 3, ack_index=0)
+        assert out is not None
+        acts = eng.completed(work, 0, out, 1.0, rt_s=0.5)
+        assert acts == [
+            Dropped(TP, Msg(1), out.failure, TraceInfo(3, 1, 0, 500.0)),
+            Dropped(TP, Msg(2), out.failure, TraceInfo(3, 2, 0, 500.0)),
+        ]
+        assert eng.in_flight(TP) == 0 and stored(eng.tick(1.0)) == {TP: 3}
+
+    def test_a_pooled_batch_dropped_in_part_leaves_the_rest_in_flight(self) -> None:
+        eng = engine(clustering=False, batch_size=2)
+        work = eng.fetched(TP, msgs(0, 4), end=4, pooled=True)
+        assert work is not None
+        eng.completed(work, 0, outcome(LATER, 2), 0.0)
+        assert eng.in_flight(TP) == 2 and eng.committable(TP) == 2
+
+
+class TestConsumeTimeouts:
+    def test_a_result_at_the_timeout_counts_and_past_it_is_a_timeout(self) -> None:
+        eng = engine(consume_timeout_s=5.0, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 3), end=3, pooled=True)
+        assert work is not None
+        assert eng.completed(work, 0, None, 5.0, rt_s=5.0) == []
+        [late] = of(SendBack, eng.completed(work, 1, None, 5.1, rt_s=5.1))
+        assert late.failure == Failure("ConsumeTimeout", "listener ran longer than 5.0s")
+        [back] = of(SendBack, eng.completed(work, 2, outcome(LATER, 1), 6.0))
+        assert back.trace_info is not None and back.trace_info.rt_ms == 0.0
+
+    def test_an_inline_run_at_the_timeout_counts_and_past_it_is_a_timeout(self) -> None:
+        eng = engine(consume_timeout_s=5.0, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        [back] = of(SendBack, eng.settle_run(work, [(0, None, 5.0), (1, None, 5.5)], 6.0))
+        assert back.msg.queue_offset == 1
+        assert back.failure == Failure("ConsumeTimeout", "listener ran longer than 5.0s")
+
+    def test_every_batch_past_the_timeout_is_reported_at_the_tick(self) -> None:
+        """Batches that completed, of a revoked partition or of a run settled inline are
+        passed over; the timeout is exact (not before ``started + consume_timeout``)."""
+        eng = engine(consume_timeout_s=5.0, batch_size=1)
+        eng.assigned(TP2)
+        gone = eng.fetched(TP2, msgs(0, 1), end=1, pooled=True)
+        done = eng.fetched(TP, msgs(0, 1), end=1, pooled=True)
+        inline = eng.fetched(TP, msgs(1, 1), end=2, pooled=True)
+        slow = eng.fetched(TP, msgs(2, 1), end=3, pooled=True)
+        assert gone and done and inline and slow
+        assert done.started is not None and slow.started is not None
+        eng.revoked(TP2)
+        eng.completed(done, 0, None, 1.0)
+        assert inline.started is not None
+        eng.settle_run(inline, [], 1.0)
+        slow.started[0] = 10.0
+        assert of(TimedOut, eng.tick(15.0)) == []
+        actions = eng.tick(15.5)
+        assert actions[0] == TimedOut(TP, (Msg(2),), 5.0)
+        [back] = of(SendBack, actions)
+        assert back.msg == Msg(2) and back.trace_info is not None
+        assert back.trace_info.rt_ms == 5500.0
+        assert back.failure == Failure("ConsumeTimeout", "listener ran longer than 5.0s")
+
+    def test_a_local_retry_and_a_rerun_time_out_too(self) -> None:
+        eng = engine(consume_timeout_s=5.0, send_back_retry_interval_s=1.0, batch_size=2)
+        first, second = failed_copy(eng, TP, 0, 2)
+        eng.publish_failed(first, Refusal.TRANSIENT, 0.0)
+        [run] = of(RunWork, eng.tick(1.0))
+        assert run.work.end == 1 and run.work.batch_len(0) == 1
+        rerun = eng.rerun([second])
+        assert rerun is not None and rerun.work.end == 2
+        assert run.work.started is not None and rerun.work.started is not None
+        run.work.started[0] = 2.0
+        rerun.work.started[0] = 2.0
+        actions = eng.tick(7.5)
+        assert of(TimedOut, actions) == [
+            TimedOut(TP, (Msg(0, reconsume_times=1),), 5.0),
+            TimedOut(TP, (Msg(1),), 5.0),
+        ]
+
+
+class TestLocalRetriesDue:
+    def test_every_retry_due_is_handed_out_past_stale_ones(self) -> None:
+        eng = engine(send_back_retry_interval_s=1.0, batch_size=1)
+        eng.assigned(TP2)
+        [gone] = failed_copy(eng, TP2, 0)
+        a, b, c = failed_copy(eng, TP, 0, 3)
+        eng.publish_failed(gone, Refusal.TRANSIENT, 0.0)
+        eng.publish_failed(a, Refusal.TRANSIENT, 0.0)
+        eng.publish_failed(b, Refusal.TRANSIENT, 0.0)
+        eng.publish_failed(c, Refusal.TRANSIENT, 0.0)
+        eng.revoked(TP2)
+        eng.published(a)  # a late acknowledgement of the first copy: b, c still wait
+        assert eng.local_retries() == 4
+        runs = of(RunWork, eng.tick(1.0))
+        assert [r.work.msgs[0].queue_offset for r in runs] == [1, 2]
+
+    def test_a_retry_is_due_at_its_time_however_many_came_before(self) -> None:
+        eng = engine(send_back_retry_interval_s=1.0, batch_size=1)
+        backs = failed_copy(eng, TP, 0, 6)
+        for b in backs[:5]:
+            eng.publish_failed(b, Refusal.TRANSIENT, 0.0)
+        assert len(of(RunWork, eng.tick(1.0))) == 5
+        eng.publish_failed(backs[5], Refusal.TRANSIENT, 1.0)
+        [run] = of(RunWork, eng.tick(2.0))
+        assert run.work.msgs == [Msg(5, reconsume_times=1)]
+
+    def test_a_timeout_and_a_retry_in_one_tick_are_both_reported(self) -> None:
+        eng = engine(consume_timeout_s=5.0, send_back_retry_interval_s=10.0, batch_size=1)
+        [back] = failed_copy(eng, TP, 0)
+        eng.publish_failed(back, Refusal.TRANSIENT, 0.0)
+        slow = eng.fetched(TP, msgs(1, 1), end=2, pooled=True)
+        assert slow is not None and slow.started is not None
+        slow.started[0] = 4.0
+        actions = eng.tick(10.0)
+        assert of(TimedOut, actions) and of(RunWork, actions)
+
+
+class TestHurryBeforePausing:
+    def test_the_allowance_is_whole_multiples_of_the_limits(self) -> None:
+        """A copy awaiting its verdict holds the partition: up to 10 x the count and span
+        limits (rounded down: 59 // 10 = 5 is within a limit of 5) it fetches on."""
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=5, max_bytes=10**9, max_span=5))
+        [back] = failed_copy(eng, TP, 0)
+        work = eng.fetched(TP, msgs(1, 58), end=59, pooled=True)
+        assert work is not None
+        actions = eng.tick(0.0)  # 59 in flight, span 58
+        assert of(Pause, actions) == [] and of(Hurry, actions) == []
+        assert eng.in_flight(TP) == 59
+        eng.fetched(TP, msgs(59, 1), end=60, pooled=True)
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]  # 60 // 10 > 5
+        del back
+
+    def test_actions_after_a_partition_at_its_limit_are_kept(self) -> None:
+        """Whatever a partition at its limit gets (a pause, the allowance, a hurry), what
+        comes after it in the same tick (the offsets to store) is not lost, and a hurry
+        comes first."""
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
+        eng.assigned(TP2)
+        failed_copy(eng, TP, 0)
+        eng.settle_run(eng.fetched(TP, msgs(1, 10), end=11), [], 0.0)  # type: ignore[arg-type]
+        eng.settle_run(eng.fetched(TP2, msgs(0, 3), end=3), [], 0.0)  # type: ignore[arg-type]
+        assert stored(eng.tick(0.0)) == {TP: 0, TP2: 3}
+        # within the allowance: TP fetches on; TP2's offset moved in the same tick
+        eng.settle_run(eng.fetched(TP2, msgs(3, 2), end=5), [], 0.0)  # type: ignore[arg-type]
+        eng.settle_run(eng.fetched(TP, msgs(11, 2), end=13), [], 0.0)  # type: ignore[arg-type]
+        assert eng.tick(0.0) == [StoreOffsets(((TP2, 5),))]
+        # past the allowance: the hurry first, then the offsets
+        eng.settle_run(eng.fetched(TP2, msgs(5, 1), end=6), [], 0.0)  # type: ignore[arg-type]
+        eng.settle_run(eng.fetched(TP, msgs(13, 50), end=63), [], 0.0)  # type: ignore[arg-type]
+        assert eng.tick(0.0) == [Hurry((TP,)), StoreOffsets(((TP2, 6),))]
+        # still over at the next tick: the pause, then the offsets
+        eng.settle_run(eng.fetched(TP2, msgs(6, 1), end=7), [], 0.0)  # type: ignore[arg-type]
+        assert eng.tick(0.0) == [
+            Pause(TP, "in-flight offset span 62 > 5"),
+            StoreOffsets(((TP2, 7),)),
+        ]
+
+    def test_a_plain_pause_and_a_resume_keep_the_offsets_of_their_tick(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=4, max_bytes=10**9, max_span=10**6))
+        eng.assigned(TP2)
+        work = eng.fetched(TP, msgs(0, 6), end=6, pooled=True)
+        assert work is not None
+        eng.settle_run(eng.fetched(TP2, msgs(0, 1), end=1), [], 0.0)  # type: ignore[arg-type]
+        actions = eng.tick(0.0)
+        assert actions[0] == Pause(TP, "6 messages in flight > 4")
+        assert stored(actions) == {TP: 0, TP2: 1}
+        for i in range(4):
+            eng.completed(work, i, None, 0.0)
+        assert eng.tick(0.0) == [Resume(TP), StoreOffsets(((TP, 4),))]
+
+    def test_a_second_partition_is_hurried_the_tick_after_the_first(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
+        eng.assigned(TP2)
+        for tp in (TP, TP2):
+            failed_copy(eng, tp, 0)
+        eng.settle_run(eng.fetched(TP, msgs(1, 60), end=61), [], 0.0)  # type: ignore[arg-type]
+        assert of(Hurry, eng.tick(0.0)) == [Hurry((TP,))]
+        eng.settle_run(eng.fetched(TP2, msgs(1, 60), end=61), [], 0.0)  # type: ignore[arg-type]
+        actions = eng.tick(0.0)
+        assert of(Hurry, actions) == [Hurry((TP2,))] and of(Pause, actions) == [
+            Pause(TP, "in-flight offset span 60 > 5")
+        ]
+
+    def test_a_run_whose_copies_were_all_answered_does_not_hide_a_later_copy(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5))
+        [first] = failed_copy(eng, TP, 0)
+        [second] = failed_copy(eng, TP, 1)
+        eng.published(first)  # the first run has nothing in flight any more
+        eng.settle_run(eng.fetched(TP, msgs(2, 10), end=12), [], 0.0)  # type: ignore[arg-type]
+        actions = eng.tick(0.0)
+        assert of(Pause, actions) == [] and of(Hurry, actions) == []  # the allowance
+        del second
+
+
+def test_a_batch_that_completed_in_time_never_times_out() -> None:
+    eng = engine(consume_timeout_s=5.0, batch_size=1)
+    work = eng.fetched(TP, msgs(0, 2), end=2, pooled=True)
+    assert work is not None and work.started is not None
+    work.started[0] = 1.0
+    eng.completed(work, 0, None, 2.0)
+    work.started[1] = 10.0
+    assert of(TimedOut, eng.tick(15.5)) == [TimedOut(TP, (Msg(1),), 5.0)]
+
+
+def test_a_rerun_settles_what_succeeds_and_sends_back_the_rest() -> None:
+    """Copies a circuit breaker held are consumed again as one batch: its successes settle
+    their messages, its failures make new copies."""
+    eng = engine(batch_size=2)
+    held = failed_copy(eng, TP, 0, 2)
+    rerun = eng.rerun(held)
+    assert rerun is not None
+    [again] = of(SendBack, eng.settle_run(rerun.work, [(0, outcome(OK, 2, ack_index=0), 0.0)], 0.0))
+    assert again.msg.queue_offset == 1
+    assert eng.in_flight(TP) == 1 and eng.committable(TP) == 1
+    eng.published(again)
+    assert eng.in_flight(TP) == 0 and stored(eng.tick(0.0)) == {TP: 2}

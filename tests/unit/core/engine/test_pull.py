@@ -601,3 +601,314 @@ def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
     assert stored(eng.tick(1.0)) == {}
     eng.store_failed([TP])
     assert stored(eng.tick(2.0)) == {TP: 10}
+
+
+def receive_count_of(value: object) -> Any:
+    return lambda: receive_count(value)
+
+
+class TestErrorsNameTheHandleValueAndCause:
+    """The exact texts: an error names the field, the value and the cause (a receipt handle
+    by its text form)."""
+
+    @pytest.mark.parametrize(
+        ("call", "value", "text"),
+        [
+            (
+                lambda: seconds_of("invisible_duration", "10", minimum=1.0),
+                "10",
+                "invisible_duration='10': expected seconds (int or float) or a timedelta",
+            ),
+            (
+                lambda: seconds_of("invisible_duration", 0.5, minimum=1.0),
+                0.5,
+                "invisible_duration=0.5: must be between 1 s and 43200 s",
+            ),
+            (receive_count_of(2.0), 2.0, "max_message_num=2.0: must be an int"),
+            (receive_count_of(0), 0, "max_message_num=0: must be greater than 0"),
+        ],
+    )
+    def test_bad_inputs(self, call: Any, value: object, text: str) -> None:
+        with pytest.raises(InvalidInputError) as info:
+            call()
+        assert str(info.value) == text
+        assert info.value.value == value
+
+    def test_the_longest_invisible_duration_is_allowed(self) -> None:
+        assert seconds_of("invisible_duration", MAX_INVISIBLE_S, minimum=1.0) == MAX_INVISIBLE_S
+
+    def test_handle_texts_name_consumer_partition_offset_generation_and_token(self) -> None:
+        eng = PullEngine(PullOptions(), "texts")
+        eng.assigned(TP)
+        fetch(eng, TP, 0, 3)
+        first = eng.receive(2, 30.0, now=0.0)
+        [second] = eng.receive(1, 30.0, now=0.0)
+        assert [str(h) for h in first] == ["texts:orders:0:0:1:1", "texts:orders:0:1:1:1"]
+        assert second.handle_text() == "texts:orders:0:2:1:2"
+        eng.renew(second, 10.0, now=1.0)
+        assert str(second) == "texts:orders:0:2:1:3"
+
+    def test_refused_handles_say_why(self) -> None:
+        eng = PullEngine(PullOptions(), "why")
+        other = PullEngine(PullOptions(), "other")
+        for e in (eng, other):
+            e.assigned(TP)
+            fetch(e, TP, 0, 3)
+        [theirs] = other.receive(1, 30.0, now=0.0)
+        acked, expiring, revoked = eng.receive(3, 5.0, now=0.0)
+        eng.ack(acked, now=1.0)
+
+        def refusal(handle: Any, now: float, *, renew: bool = False) -> str:
+            with pytest.raises(InvalidReceiptHandleError) as info:
+                if renew:
+                    eng.renew(handle, 10.0, now=now)
+                else:
+                    eng.ack(handle, now=now)
+            return str(info.value)
+
+        assert refusal(theirs, 1.0) == (
+            "invalid receipt handle other:orders:0:0:1:1: the receipt handle belongs to "
+            "another consumer"
+        )
+        assert refusal("why:orders:0:0:1:1", 1.0) == (
+            "invalid receipt handle why:orders:0:0:1:1: the receipt handle belongs to "
+            "another consumer"
+        )
+        assert refusal(acked, 1.0, renew=True) == (
+            "invalid receipt handle why:orders:0:0:1:1: the message was already acknowledged"
+        )
+        assert refusal(expiring, 5.0) == (
+            "invalid receipt handle why:orders:0:1:1:1: receipt handle is expired (invisible "
+            "duration 5 s); the message is delivered again"
+        )
+        eng.tick(5.0)  # both expire; one of them is then revoked with its partition
+        eng.revoked(TP)
+        assert revoked.state is HandleState.EXPIRED
+        assert refusal(revoked, 6.0) == (
+            "invalid receipt handle why:orders:0:2:1:1: partition orders[0] was revoked; its "
+            "new owner delivers the message again"
+        )
+
+
+def visible_again(eng: PullEngine, tp: tuple[str, int], first: int, n: int) -> None:
+    """``n`` messages fetched from ``first`` on, received, expired and their copies refused
+    for a transient reason: visible again here."""
+    fetch(eng, tp, first, n)
+    eng.receive(n, 1.0, now=0.0)
+    for copy in copies(eng.tick(1.0)):
+        assert eng.publish_failed(copy, Refusal.TRANSIENT, now=1.0) == []
+
+
+class TestAccounting:
+    def test_a_fetch_returns_its_run(self) -> None:
+        eng = engine()
+        msgs = [Msg(o) for o in range(4, 7)]
+        work = eng.fetched(TP, msgs, 9, 30)
+        assert work is not None
+        assert (work.tp, work.generation, work.msgs, work.size, work.end, work.nbytes) == (
+            TP,
+            1,
+            msgs,
+            3,
+            9,
+            30,
+        )
+        default = eng.fetched(TP, [Msg(9)], 10)
+        assert default is not None and default.nbytes == 0
+        assert eng.available == 4
+
+    def test_generations_count_assignments_and_revokes(self) -> None:
+        """The generation a handle names (its text too) moves on with every assignment and
+        revoke, so no later assignment's handles or copies are taken for an earlier one's."""
+        eng = PullEngine(PullOptions(), "gen")
+        eng.revoked(TP2)  # never ours: harmless
+        assert eng.generation_of(TP2) is None and not eng.owns(TP2)
+        eng.assigned(TP2)
+        eng.assigned(TP)
+        assert (eng.generation_of(TP), eng.generation_of(TP2)) == (1, 2)
+        eng.assigned(TP)
+        assert eng.generation_of(TP) == 2
+        eng.revoked(TP)
+        eng.assigned(TP)
+        assert eng.generation_of(TP) == 4 and eng.owns(TP)
+        assert eng.committable(("orders", 9)) is None and eng.in_flight(("orders", 9)) == 0
+        assert not eng.running() and not eng.running([TP])
+
+    def test_in_flight_and_local_retries_count_what_is_held(self) -> None:
+        eng = engine(TP, TP2)
+        visible_again(eng, TP, 0, 2)
+        fetch(eng, TP, 2, 3)
+        fetch(eng, TP2, 0, 1)
+        eng.receive(1, 30.0, now=2.0)
+        assert (eng.in_flight(TP), eng.in_flight(TP2)) == (5, 1)
+        assert eng.local_retries() == 1 and eng.available == 5
+
+    def test_a_revoke_forgets_the_partitions_messages_and_handles(self) -> None:
+        eng = engine(TP, TP2)
+        visible_again(eng, TP, 0, 2)  # two visible again
+        fetch(eng, TP, 2, 3)
+        [h] = eng.receive(1, 30.0, now=2.0)  # one of those, received again
+        assert h.offset in (0, 1)
+        eng.receive(1, 30.0, now=2.0)  # TP2 has nothing: TP's other one
+        [h3] = eng.receive(1, 30.0, now=2.0)  # then the buffered ones
+        eng.receive(1, 3.0, now=2.0)
+        [copy] = copies(eng.tick(5.0))  # one expired: its copy is held
+        fetch(eng, TP2, 0, 2)
+        assert eng.available == 1 + 2 and eng.unacked == 3
+        eng.revoked(TP)
+        assert eng.available == 2 and eng.unacked == 0
+        assert h.state is HandleState.REVOKED and h3.state is HandleState.REVOKED
+        assert [x.tp for x in eng.receive(5, 30.0, now=6.0)] == [TP2, TP2]
+        assert eng.publish_failed(copy, Refusal.TOO_LARGE, now=6.0) == []
+        eng.published(copy)
+        assert eng.committable(TP) is None
+
+    def test_a_revoke_takes_both_buffered_and_visible_again_messages_out(self) -> None:
+        eng = engine(TP, TP2)
+        visible_again(eng, TP, 0, 1)
+        fetch(eng, TP, 1, 2)
+        fetch(eng, TP2, 0, 2)
+        assert eng.available == 5
+        eng.revoked(TP)
+        assert eng.available == 2
+
+    def test_bytes_in_flight_pause_and_resume(self) -> None:
+        """Bodies count from fetch until acknowledged or their copy is (10 bytes each)."""
+        eng = engine(flow=FlowLimits(max_count=1000, max_bytes=40, max_span=1000))
+        fetch(eng, TP, 0, 2)
+        fetch(eng, TP, 2, 2)
+        assert not [a for a in eng.tick(0.0) if isinstance(a, Pause)]  # 40: at the limit
+        fetch(eng, TP, 4, 1)
+        assert Pause(TP, "50 bytes in flight > 40") in eng.tick(0.0)
+        handles = eng.receive(5, 30.0, now=0.0)
+        for h in handles[:2]:
+            eng.ack(h, now=0.0)
+        assert Resume(TP) not in eng.tick(0.0)  # 30 > half
+        eng.ack(handles[2], now=0.0)
+        assert Resume(TP) in eng.tick(0.0)  # 20
+        assert copies(eng.tick(30.0)) and eng.tick(30.0) == []
+        fetch(eng, TP, 5, 3)  # 20 held by copies + 30
+        assert Pause(TP, "50 bytes in flight > 40") in eng.tick(30.0)
+
+    def test_an_acknowledged_copy_settles_its_bytes_and_stores_its_offset(self) -> None:
+        eng = engine(flow=FlowLimits(max_count=1000, max_bytes=20, max_span=1000))
+        fetch(eng, TP, 0, 3)
+        eng.receive(3, 5.0, now=0.0)
+        assert Pause(TP, "30 bytes in flight > 20") in eng.tick(0.0)
+        sent = copies(eng.tick(5.0))
+        eng.published(sent[0])
+        actions = eng.tick(5.0)
+        assert Resume(TP) not in actions and stored(actions) == {TP: 1}  # 20: not below half
+        eng.published(sent[1])
+        actions = eng.tick(5.0)
+        assert Resume(TP) in actions and stored(actions) == {TP: 2}
+
+    def test_an_offset_is_handed_out_once(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 3)
+        a, b, c = eng.receive(3, 30.0, now=0.0)
+        eng.ack(b, now=0.0)
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        eng.ack(c, now=0.0)
+        assert stored(eng.tick(0.0)) == {}  # still 0: not again
+        eng.ack(a, now=0.0)
+        assert stored(eng.tick(0.0)) == {TP: 3}
+
+
+class TestReceiveLimits:
+    def test_a_receive_of_nothing_changes_nothing(self) -> None:
+        eng = engine(TP, TP2)
+        fetch(eng, TP, 0, 2)
+        fetch(eng, TP2, 0, 2)
+        assert eng.receive(0, 30.0, now=0.0) == []
+        assert {h.tp for h in eng.receive(2, 30.0, now=0.0)} == {TP}  # still TP's turn
+
+    @pytest.mark.parametrize("n", [1, 2, 3, 4])
+    def test_never_more_than_asked_from_messages_visible_again_and_buffered(self, n: int) -> None:
+        eng = engine(TP, TP2)
+        visible_again(eng, TP, 0, 2)
+        fetch(eng, TP, 2, 1)
+        fetch(eng, TP2, 0, 5)
+        got = eng.receive(n, 30.0, now=2.0)
+        assert [(h.tp, h.offset) for h in got] == [(TP, 0), (TP, 1), (TP, 2), (TP2, 0)][:n]
+        assert eng.available == 8 - n
+        eng.revoked(TP)
+        assert all(h.state is HandleState.REVOKED for h in got if h.tp == TP)
+
+
+class TestDeadlineHeap:
+    def test_entries_count_handles_until_compacted_beyond_twice_the_live_ones(self) -> None:
+        """Two handles stay invisible; one more is received and acknowledged at a time: the
+        heap is compacted once it refers to more than 2 x 3 live handles + 64."""
+        eng = engine()
+        assert eng.deadline_entries == 0
+        fetch(eng, TP, 0, 200)
+        kept = eng.receive(2, 50.0, now=0.0)
+        for i in range(68):
+            [h] = eng.receive(1, 50.0, now=0.0)
+            eng.ack(h, now=0.0)
+            assert eng.deadline_entries == 3 + i
+        [last] = eng.receive(1, 50.0, now=0.0)
+        assert eng.deadline_entries == 3  # 71 > 70: the two kept and the last one
+        eng.ack(last, now=1.0)
+        assert eng.deadline_entries == 3
+        assert [c.msg.queue_offset for c in copies(eng.tick(50.0))] == [h.offset for h in kept]
+        assert eng.deadline_entries == 0
+
+    def test_a_deadline_is_kept_however_many_receives_came_before(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 9)
+        for _ in range(8):
+            [h] = eng.receive(1, 1.0, now=0.0)
+            eng.ack(h, now=0.0)
+        assert copies(eng.tick(1.0)) == []
+        eng.receive(1, 1.0, now=1.0)
+        assert [c.msg.queue_offset for c in copies(eng.tick(2.0))] == [8]
+
+    def test_expiry_goes_on_past_revoked_and_settled_handles(self) -> None:
+        eng = engine(TP, TP2)
+        fetch(eng, TP, 0, 1)
+        fetch(eng, TP2, 0, 3)
+        eng.receive(1, 5.0, now=0.0)  # TP's, revoked below
+        settled, expiring, also = eng.receive(3, 5.0, now=0.0)
+        eng.ack(settled, now=1.0)
+        eng.revoked(TP)
+        got = copies(eng.tick(5.0))
+        assert [(c.tp, c.msg.queue_offset) for c in got] == [(TP2, 1), (TP2, 2)]
+        assert [c.work.tp for c in got] == [TP2, TP2]
+        assert [c.work.generation for c in got] == [c.generation for c in got]
+        assert also.state is HandleState.EXPIRED and expiring.state is HandleState.EXPIRED
+
+
+class TestRefusedCopies:
+    def test_the_whole_escalation_of_a_copy_too_large(self) -> None:
+        """Alone, then to the DLQ, alone, without its body, alone, then visible again."""
+        eng = engine()
+        fetch(eng, TP, 0, 1)
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        steps = []
+        action = copy
+        for _ in range(5):
+            [action] = eng.publish_failed(action, Refusal.TOO_LARGE, now=5.0)
+            assert isinstance(action, SendBack)
+            steps.append((action.dest, action.alone, action.omit_body))
+        dead = DeadLetter(DeadLetterReason.SEND_BACK_REFUSED, 1)
+        assert steps == [
+            (RetryNow(1), True, False),
+            (dead, False, False),
+            (dead, True, False),
+            (dead, False, True),
+            (dead, True, True),
+        ]
+        assert eng.publish_failed(action, Refusal.TOO_LARGE, now=5.0) == []
+        assert eng.available == 1 and eng.local_retries() == 1
+
+    def test_a_transient_refusal_adds_one_message_to_receive(self) -> None:
+        eng = engine()
+        fetch(eng, TP, 0, 3)
+        eng.receive(1, 5.0, now=0.0)
+        [copy] = copies(eng.tick(5.0))
+        eng.publish_failed(copy, Refusal.TRANSIENT, now=5.0)
+        assert eng.available == 3
+        assert [h.offset for h in eng.receive(3, 5.0, now=5.0)] == [0, 1, 2]
