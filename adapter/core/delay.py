@@ -156,7 +156,7 @@ class DelayLevels(Sequence[timedelta]):
 
     def retry_level(self, reconsume_times: int) -> int:
         """The level the broker picks when the listener says nothing: ``3 + reconsumeTimes``."""
-        return self.clamp(max(1, RETRY_LEVEL_BASE + max(0, reconsume_times)))
+        return self.clamp(RETRY_LEVEL_BASE + max(0, reconsume_times))
 
     def largest_level_within(self, remaining_ms: int) -> int | None:
         """The largest level whose delay does not exceed ``remaining_ms`` (None if none does).

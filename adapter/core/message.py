@@ -422,7 +422,6 @@ class MessageExt:
         """The same message delivered once more: ``reconsume_times + 1`` (a local retry)."""
         hdr = self._decoded()
         again = view_of(self._rec, self._topic, self._retry is not None, [None])
-        again._retry = self._retry
         again._hdr = _Decoded(
             hdr.msg_id,
             hdr.tags,

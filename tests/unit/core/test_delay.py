@@ -328,3 +328,110 @@ class TestResolveMaxReconsumeTimes:
     def test_non_ints_are_config_errors(self, value: object) -> None:
         with pytest.raises(ConfigError):
             resolve_max_reconsume_times(value)  # type: ignore[arg-type]
+
+
+# --- errors name the field, the value and the cause --------------------------------------------
+@pytest.mark.parametrize(
+    ("make", "text"),
+    [
+        (lambda: DelayLevels(()), "messageDelayLevel=(): needs at least one level"),
+        (
+            lambda: DelayLevels((1000, 0)),
+            "messageDelayLevel[2]=0: delay must be a positive whole number of ms",
+        ),
+        (
+            lambda: DelayLevels.parse(5),  # type: ignore[arg-type]
+            "messageDelayLevel=5: must be a string like '1s 5s 10s'",
+        ),
+        (lambda: DelayLevels.parse(" \t"), "messageDelayLevel=' \\t': needs at least one level"),
+        (
+            lambda: DelayLevels.parse("1s 5x"),
+            "messageDelayLevel token 2='5x': expected a whole number followed by one of the "
+            "units ms, s, m, h, d",
+        ),
+        (
+            lambda: DelayLevels.parse("1s 5s 0m"),
+            "messageDelayLevel token 3='0m': a delay must be greater than zero",
+        ),
+        (lambda: DEFAULT.check("3"), "delayLevel='3': must be an int"),  # type: ignore[arg-type]
+        (lambda: DEFAULT.check(True), "delayLevel=True: must be an int"),
+        (lambda: DEFAULT.check(19), "delayLevel=19: levels of this table are 1..18"),
+        (lambda: DEFAULT.check(2.0, "level"), "level=2.0: must be an int"),  # type: ignore[arg-type]
+        (lambda: DEFAULT.clamp("3"), "delayLevel='3': must be an int"),  # type: ignore[arg-type]
+        (lambda: DEFAULT.clamp(0), "delayLevel=0: must be at least 1 to clamp"),
+        (
+            lambda: DEFAULT.index(timedelta(seconds=2)),
+            "delay=datetime.timedelta(seconds=2): is not a delay of this table",
+        ),
+    ],
+)
+def test_delay_errors_name_field_value_and_cause(make: object, text: str) -> None:
+    with pytest.raises(InvalidDelayLevelError) as raised:
+        make()  # type: ignore[operator]
+    assert str(raised.value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("3", "max_reconsume_times='3': must be an int"),
+        (False, "max_reconsume_times=False: must be an int"),
+        (-2, "max_reconsume_times=-2: must be >= 0, or -1 for the default (16)"),
+    ],
+)
+def test_max_reconsume_times_errors_name_field_value_and_cause(value: object, text: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve_max_reconsume_times(value)  # type: ignore[arg-type]
+    assert str(raised.value) == text
+
+
+# --- the Sequence protocol, 1-based -------------------------------------------------------------
+LADDER = DelayLevels.parse("1s 5s 1s 10s 5s")
+
+
+def test_reversed_iterates_from_the_highest_level() -> None:
+    assert list(reversed(LADDER)) == [timedelta(seconds=s) for s in (5, 10, 1, 5, 1)]
+
+
+def test_contains_only_the_tables_delays_as_timedeltas() -> None:
+    assert timedelta(seconds=10) in LADDER
+    assert timedelta(seconds=2) not in LADDER
+    assert 10_000 not in LADDER  # the delay in ms is not a timedelta
+    assert "10s" not in LADDER
+
+
+def test_count_counts_the_levels_with_a_delay() -> None:
+    assert LADDER.count(timedelta(seconds=1)) == 2
+    assert LADDER.count(timedelta(seconds=10)) == 1
+    assert LADDER.count(timedelta(seconds=2)) == 0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "start", "stop", "level"),
+    [
+        (1, None, None, 1),
+        (5, None, None, 2),
+        (10, None, None, 4),
+        (1, 1, None, 1),  # start is inclusive
+        (1, 2, None, 3),
+        (5, 3, None, 5),
+        (1, 1, 2, 1),
+        (5, 2, 3, 2),  # stop is exclusive
+    ],
+)
+def test_index_gives_the_first_level_from_start_up_to_stop(
+    seconds: int, start: int | None, stop: int | None, level: int
+) -> None:
+    value = timedelta(seconds=seconds)
+    if start is None:
+        assert LADDER.index(value) == level
+    else:
+        assert LADDER.index(value, start, stop) == level
+
+
+@pytest.mark.parametrize(("seconds", "start", "stop"), [(1, 4, None), (10, 1, 4), (5, 3, 5)])
+def test_index_outside_start_and_stop_is_an_error(
+    seconds: int, start: int, stop: int | None
+) -> None:
+    with pytest.raises(InvalidDelayLevelError):
+        LADDER.index(timedelta(seconds=seconds), start, stop)

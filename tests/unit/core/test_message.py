@@ -5,14 +5,26 @@ from __future__ import annotations
 import pytest
 
 from adapter.constants import (
+    HEADER_ORIGIN_BORN_MS,
+    PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_KEYS,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     SYSTEM_HEADERS,
 )
 from adapter.core.filter import TagFilter
-from adapter.core.message import Message, MessageExt, body_bytes, split_fetch, start_consuming
+from adapter.core.message import (
+    Message,
+    MessageExt,
+    body_bytes,
+    plain_records,
+    split_fetch,
+    start_consuming,
+    view_of,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -121,14 +133,19 @@ class _Record:
     def __init__(
         self,
         headers: list[tuple[str, bytes]] | None,
-        value: bytes = b"v",
+        value: bytes | None = b"v",
         where: tuple[str, int, int] = ("orders", 0, 9),
         error: object = None,
+        *,
+        key: bytes | str | None = None,
+        timestamp: tuple[int, int] = (1, 1_700_000_000_000),
     ) -> None:
         self._headers = headers
         self._value = value
         self._where = where
         self._error = error
+        self._key = key
+        self._timestamp = timestamp
 
     def error(self) -> object:
         return self._error
@@ -142,17 +159,17 @@ class _Record:
     def offset(self) -> int:
         return self._where[2]
 
-    def value(self) -> bytes:
+    def value(self) -> bytes | None:
         return self._value
 
-    def key(self) -> bytes | None:
-        return None
+    def key(self) -> bytes | str | None:
+        return self._key
 
     def headers(self) -> list[tuple[str, bytes]] | None:
         return self._headers
 
     def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
+        return self._timestamp
 
 
 class TestLazyView:
@@ -306,3 +323,224 @@ def test_retry_fields_of_a_confluent_kafka_record_without_a_value() -> None:
 
     view = TopicNames("cg").view(KafkaMessage(topic="orders", partition=0, offset=4, value=None))
     assert view.retry_fields() == (0, None, 4, 0)
+
+
+# --- a message built field by field -----------------------------------------------------------
+def test_a_built_message_reads_back_its_fields_and_its_record_carries_them() -> None:
+    raw = (("UNIQ_KEY", b"U1"), ("biz", b"\xff"))
+    m = ext(kafka_topic="rmq.orders", body=b"abc", sharding_key=b"k1", raw_headers=raw)
+    assert (m.kafka_topic, m.body, m.sharding_key, m.raw_headers) == (
+        "rmq.orders",
+        b"abc",
+        b"k1",
+        raw,
+    )
+    [record] = plain_records([m])  # what a trace sink reads: the record says the same
+    assert (record.topic(), record.value(), record.key(), record.headers()) == (
+        "rmq.orders",
+        b"abc",
+        b"k1",
+        raw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("born", "stored", "want_born", "want_stored", "origin"),
+    [
+        (None, None, None, None, None),
+        (None, 5, None, 5, None),  # a log-append time says nothing of when it was born
+        (5, None, 5, 5, None),
+        (0, None, 0, 0, None),  # the epoch is a time, not "no time"
+        (7, 7, 7, 7, None),
+        (3, 9, 3, 9, "3"),  # born before this delivery was stored: kept in the header
+    ],
+)
+def test_a_built_message_keeps_its_born_and_store_times(
+    born: int | None,
+    stored: int | None,
+    want_born: int | None,
+    want_stored: int | None,
+    origin: str | None,
+) -> None:
+    m = ext(born_timestamp=born, store_timestamp=stored)
+    assert (m.born_timestamp, m.store_timestamp) == (want_born, want_stored)
+    assert m.properties.get(HEADER_ORIGIN_BORN_MS) == origin
+
+
+def test_equal_messages_are_the_same_delivery_of_the_same_body() -> None:
+    m = ext()
+    assert m == ext()
+    assert m == ext(msg_id="other id", tags="t")  # the same record, read again
+    assert m != ext(body=b"other")
+    assert m != ext(queue_offset=2)
+    assert m != ext(kafka_topic="rmq.orders")
+    assert m != ext(reconsume_times=1)
+    assert m != m.redelivered()
+    assert m != "orders:0:1"
+    assert m.__eq__("orders:0:1") is NotImplemented
+
+
+# --- a view over a record ------------------------------------------------------------------------
+def test_a_view_is_not_of_a_retry_topic_unless_told() -> None:
+    rec = _Record([(PROPERTY_RETRY_TOPIC, b"orders")], where=("payments", 0, 1))
+    m = MessageExt.of_record(rec, kafka_topic="payments", topic="payments", partition=0, offset=1)
+    assert m.topic == "payments"
+    assert m.header_errors == ()
+    assert m.decoded().topic is None
+
+
+def test_a_retry_record_without_headers_notes_the_missing_original_topic() -> None:
+    m = view_of(_Record(None, where=("rmq.retry.g", 0, 4)), "%RETRY%g", True, [None])
+    assert m.topic == "%RETRY%g"
+    assert m.msg_id == "rmq.retry.g:0:4"
+    assert m.header_errors == ("RETRY_TOPIC missing on a retry record: topic left as %RETRY%g",)
+
+
+@pytest.mark.parametrize("headers", [None, [("UNIQ_KEY", b"U1")]])
+def test_headers_are_decoded_once_what_a_listener_puts_in_the_properties_stays(
+    headers: list[tuple[str, bytes]] | None,
+) -> None:
+    m = MessageExt.of_record(
+        _Record(headers), kafka_topic="orders", topic="orders", partition=0, offset=9
+    )
+    m.properties["seen"] = "yes"
+    assert m.properties is m.properties
+    assert m.get_property("seen") == "yes"
+    assert m.decoded() is m.decoded()
+
+
+@pytest.mark.parametrize(
+    ("raw", "times", "errors"),
+    [
+        (b"2", 2, ()),
+        (b" 3 ", 3, ()),  # not the common form, still a count
+        (b"9" * 19, int("9" * 19), ()),
+        (b"1" * 20, 0, (f"RECONSUME_TIME={'1' * 20!r} is not a count: read as 0",)),
+        (b"-1", 0, ("RECONSUME_TIME='-1' is not a count: read as 0",)),
+    ],
+)
+def test_reconsume_time_is_read_as_a_count(raw: bytes, times: int, errors: tuple[str, ...]) -> None:
+    m = view_of(_Record([(PROPERTY_RECONSUME_TIME, raw)]), "orders", False, [None])
+    assert (m.reconsume_times, m.header_errors) == (times, errors)
+
+
+ORIGIN_BORN_CASES = [
+    (b"1600000000000", 1_600_000_000_000),
+    (b"9" * 19, int("9" * 19)),  # up to 19 digits are a time
+    (b"1" * 20, 1_700_000_000_000),  # more are not: the record's create time
+    (b"soon", 1_700_000_000_000),
+]
+
+
+@pytest.mark.parametrize(("raw", "born"), ORIGIN_BORN_CASES)
+def test_the_origin_born_header_gives_the_born_time_of_a_view_and_of_its_copy(
+    raw: bytes, born: int
+) -> None:
+    m = view_of(_Record([(HEADER_ORIGIN_BORN_MS, raw)]), "orders", False, [None])
+    assert m.born_timestamp == born
+    assert m.hop_fields()[4] == born
+    assert m.copy_fields()[4] == born
+
+
+def test_a_copy_is_born_when_the_record_was_created_not_when_it_was_appended() -> None:
+    created = _Record([("UNIQ_KEY", b"U1")], timestamp=(1, 5))
+    appended = _Record([("UNIQ_KEY", b"U1")], timestamp=(2, 5))
+    assert view_of(created, "orders", False, [None]).hop_fields()[4] == 5
+    assert view_of(appended, "orders", False, [None]).hop_fields()[4] is None
+
+
+@pytest.mark.parametrize("headers", [None, [("UNIQ_KEY", b"U1")]])
+def test_a_copy_of_a_record_without_a_value_has_an_empty_body_and_an_encoded_key(
+    headers: list[tuple[str, bytes]] | None,
+) -> None:
+    rec = _Record(headers, None, key="k")
+    assert view_of(rec, "orders", False, [None]).copy_fields()[5:] == (b"k", b"")
+    assert view_of(rec, "orders", False, [None]).hop_fields()[5:] == (b"k", b"")
+
+
+def test_a_plain_records_first_copy_is_its_encoded_id_even_after_its_retry_fields() -> None:
+    """The failure path's most common message (no headers, not from a retry topic) is
+    never decoded: its copy carries its id, as ``topic:partition:offset``."""
+    m = view_of(_Record(None, b"abc", ("orders", 2, 7), timestamp=(1, 5)), "orders", False, [None])
+    assert m.retry_fields() == (0, None, 7, 3)
+    assert m.copy_fields() == (b"orders:2:7", "orders", 2, 7, 5, None, b"abc")
+
+
+def test_a_retry_or_headed_records_copy_is_its_decoded_headers() -> None:
+    retry = view_of(_Record(None, where=("rmq.retry.g", 0, 4)), "%RETRY%g", True, [None])
+    assert retry.copy_fields() == retry.hop_fields()
+    assert retry.copy_fields()[0] == retry.decoded()
+    headed = view_of(_Record([("UNIQ_KEY", b"U1")]), "orders", False, [None])
+    assert headed.copy_fields()[0] == headed.decoded()
+
+
+def test_retry_fields_of_a_plain_topics_record_read_its_headers() -> None:
+    """A record of a plain topic can carry retry headers (it came back from a delay)."""
+    rec = _Record([(PROPERTY_RECONSUME_TIME, b"2"), (PROPERTY_MAX_RECONSUME_TIMES, b"5")], b"abcd")
+    assert view_of(rec, "orders", False, [None]).retry_fields() == (2, 5, 9, 4)
+
+
+def test_a_retry_records_redelivery_keeps_its_original_topic_and_headers() -> None:
+    rec = _Record(
+        [(PROPERTY_RETRY_TOPIC, b"orders"), (PROPERTY_TAGS, b"T"), (PROPERTY_KEYS, b"k1 k2"),
+         (PROPERTY_RECONSUME_TIME, b"x")],
+        where=("rmq.retry.g", 0, 4),
+    )  # fmt: skip
+    m = view_of(rec, "%RETRY%g", True, [None])
+    again = m.redelivered()
+    assert (again.topic, again.tags, again.keys, again.header_errors) == (
+        "orders",
+        "T",
+        "k1 k2",
+        ("RECONSUME_TIME='x' is not a count: read as 0",),
+    )
+    assert again.reconsume_times == 1
+    assert again.decoded().topic == "orders"
+
+
+def test_plain_records_are_the_records_unless_one_message_is_a_local_redelivery() -> None:
+    ra, rb = _Record([("UNIQ_KEY", b"A")]), _Record(None)
+    a = view_of(ra, "orders", False, [None])
+    b = view_of(rb, "orders", False, [None])
+    assert a.msg_id == "A"  # decoded: it still says what its record says
+    records = plain_records([a, b])
+    assert records is not None
+    assert [r is want for r, want in zip(records, [ra, rb], strict=True)] == [True, True]
+    assert plain_records([a, b.redelivered()]) is None
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_single_message_gets_its_consume_start(shared: bool) -> None:
+    [m] = [view_of(_Record(None), "orders", False, [None])]
+    start_consuming([m], 1234, shared=shared, listed=False)
+    assert m.consume_start_time == 1234
+    assert PROPERTY_CONSUME_START_TIMESTAMP not in m.properties
+    n = view_of(_Record(None), "orders", False, [None])
+    start_consuming([n], 1300, shared=shared)
+    assert n.consume_start_time == 1300
+    assert n.properties[PROPERTY_CONSUME_START_TIMESTAMP] == "1300"
+
+
+def test_a_run_after_errors_or_filtered_records_starts_where_its_first_record_is() -> None:
+    bad = _Record(None, where=("a", 0, -1), error="broker down")
+    records = [_Record([(PROPERTY_TAGS, b"x")], b"a1", ("a", 0, 1)), bad, bad,
+               _Record([(PROPERTY_TAGS, b"y")], b"a2", ("a", 0, 2)),
+               _Record([(PROPERTY_TAGS, b"y")], b"a3", ("a", 0, 3)),
+               _Record(None, b"b1", ("b", 0, 1)), _Record(None, b"b2", ("b", 0, 2))]  # fmt: skip
+    runs, errors = split_fetch(records, _resolve, {"a": TagFilter.parse("x")})
+    assert errors == [bad, bad]
+    first, second = runs
+    assert first.source is None
+    assert (second.source, second.start) == (records, 5)
+    assert body_bytes(second) == 4
+    runs, _ = split_fetch(records[5:] + records[:5], _resolve, {"a": TagFilter.parse("x")})
+    assert [r.tp for r in runs] == [("b", 0), ("a", 0)]
+    assert [r.source is None for r in runs] == [False, True]  # the last run has holes too
+    assert [body_bytes(r) for r in runs] == [4, 2]
+
+
+def test_views_of_a_plain_topic_keep_their_logical_topic() -> None:
+    rec = _Record([(PROPERTY_RETRY_TOPIC, b"elsewhere")], where=("orders", 0, 1))
+    [run], _ = split_fetch([rec], _resolve, {})
+    [m] = run.msgs
+    assert (m.topic, m.header_errors) == ("orders", ())
