@@ -263,156 +263,201 @@ class TestSettle:
         assert out.complete and out.applied == {0: ("a", 1)}
 
 
-# -- the clients on a fake clock (adapter.io.control) -------------------------------------
+_MAX_EPOCH_MS = 253_402_300_799_999
+_MAX_PARTITION = 2**31 - 1
+_MAX_OFFSET = 2**63 - 1
 
 
-class _Clock:
-    """A fake clock: wall time ``ms``, monotonic seconds ``s`` (moved by the fake reader)."""
-
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-        self.s = 1000.0
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.s
-
-
-class _Reader:
-    """The control topic's reader: ``records`` once, then nothing; each ``poll`` takes its
-    timeout on the clock."""
-
-    def __init__(self, clock: _Clock, records: list[Any]) -> None:
-        self.clock, self.records, self.polls = clock, records, 0
-
-    def assign(self, _partitions: Any) -> None:
-        pass
-
-    def consume(self, _n: int, _timeout: float) -> list[Any]:
-        out, self.records = self.records, []
-        return out
-
-    def poll(self, timeout: float) -> None:
-        self.polls += 1
-        self.clock.s += timeout
-
-    def close(self) -> None:
-        pass
-
-
-class _Producer:
-    def produce(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def flush(self, _timeout: float) -> int:
-        return 0
-
-
-def _fake_clients(monkeypatch: pytest.MonkeyPatch, reader: _Reader) -> None:
-    """The admin session and the producer of adapter.io.control, without a broker."""
-    from adapter.io import control
-    from adapter.io.admin import Ends
-
-    class Session:
-        def __init__(self, config: Any, **_: Any) -> None:
-            self.config = dict(config)
-
-        def partitions(self, *_: Any) -> list[int]:
-            return [0]
-
-        def watermarks(self, tps: Any, *_: Any) -> dict[Any, Ends]:
-            return {tp: Ends(0, 0) for tp in tps}
-
-        def reader(self, **_: Any) -> _Reader:
-            return reader
-
-        def check(self, _what: str) -> None:
-            pass
-
-    monkeypatch.setattr(control, "AdminSession", Session)
-    monkeypatch.setattr(control, "make_client", lambda *_, **__: _Producer())
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: ResetTarget("yesterday"),
+            "target.kind='yesterday': expected one of ('earliest', 'latest', 'time')",
+        ),
+        (
+            lambda: ResetTarget("latest", 5),
+            "target.time_ms=5: only a 'time' target has a time, not latest",
+        ),
+        (lambda: ResetTarget("time", 1.5), "target.time_ms=1.5: must be a whole number"),
+        (lambda: ResetTarget("time", -1), "target.time_ms=-1: must be in 0..253402300799999"),
+        (lambda: request(request_id=""), "request_id='': must be a non-empty string"),
+        (lambda: request(group=""), "group='': must be a non-empty string"),
+        (lambda: request(topic=None), "topic=None: must be a non-empty string"),
+        (lambda: request(kafka_topic=""), "kafka_topic='': must be a non-empty string"),
+        (lambda: request(target="latest"), "target='latest': must be a ResetTarget"),
+        (lambda: request(offsets={}), "offsets={}: needs at least one partition"),
+        (lambda: request(offsets=[(0, 1)]), "offsets=[(0, 1)]: needs at least one partition"),
+        (lambda: request(offsets={-1: 0}), "offsets.partition=-1: must be in 0..2147483647"),
+        (lambda: request(offsets={0: -2}), "offsets[0]=-2: must be in 0..9223372036854775807"),
+        (lambda: request(issued_ms=-1), "issued_ms=-1: must be in 0..253402300799999"),
+        (
+            lambda: request(expires_ms=1),
+            "expires_ms=1: must be in 1795448000000..253402300799999",
+        ),
+        (lambda: ResetAck("", "G", "m"), "request_id='': must be a non-empty string"),
+        (lambda: ResetAck("r", "", "m"), "group='': must be a non-empty string"),
+        (lambda: ResetAck("r", "G", ""), "member_id='': must be a non-empty string"),
+        (lambda: ResetAck("r", "G", "m", []), "applied=[]: must be a dict"),
+        (
+            lambda: ResetAck("r", "G", "m", {("", 0): 1}),
+            "applied=('', 0): keys are (kafka topic, partition) pairs",
+        ),
+        (
+            lambda: ResetAck("r", "G", "m", {("orders",): 1}),
+            "applied=('orders',): keys are (kafka topic, partition) pairs",
+        ),
+        (
+            lambda: ResetAck("r", "G", "m", {("orders", -1): 1}),
+            "applied.partition=-1: must be in 0..2147483647",
+        ),
+        (
+            lambda: ResetAck("r", "G", "m", {("orders", 0): -1}),
+            "applied[orders:0]=-1: must be in 0..9223372036854775807",
+        ),
+        (
+            lambda: ResetAck("r", "G", "m", {("orders", 0): True}),
+            "applied[orders:0]=True: must be a whole number",
+        ),
+    ],
+)
+def test_constructor_errors_read_field_value_cause(build: Any, message: str) -> None:
+    with pytest.raises(ControlMessageError) as info:
+        build()
+    assert str(info.value) == message
 
 
-def test_a_member_ignores_a_request_expired_on_its_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
-    from confluent_kafka import Message
-
-    from adapter.core.control import CONTROL_TOPIC
-    from adapter.io.control import ControlChannel
-
-    issued = time.time_ns() // 1_000_000
-    req = request(issued_ms=issued, expires_ms=issued + 3_600_000)  # valid for the system
-    clock = _Clock(ms=req.expires_ms + 1_000)  # the member's clock: a second past it
-    record = Message(topic=CONTROL_TOPIC, partition=0, offset=0, key=b"G", value=encode(req))
-    _fake_clients(monkeypatch, _Reader(clock, [record]))
-    channel = ControlChannel({"bootstrap.servers": "127.0.0.1:1"}, "G", "m-1", clock=clock)
-    assert channel.poll() == []
-
-
-def test_publish_reset_waits_for_acks_until_its_clock_passes_the_timeout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from adapter.io.control import publish_reset
-
-    clock = _Clock(ms=1_795_448_000_000)
-    reader = _Reader(clock, [])
-    _fake_clients(monkeypatch, reader)
-    acks = publish_reset(
-        {"bootstrap.servers": "127.0.0.1:1"}, request(), {"m-1": [0]}, timeout_s=5.0, clock=clock
-    )
-    assert acks == {}  # nobody answered
-    assert reader.polls in (25, 26)  # 5 s of the fake clock in polls of 0.2 s
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (None, "value=None: a control record needs a JSON value"),
+        ("text", "value='text': a control record needs a JSON value"),
+        (b"[1]", "value=b'[1]': must be a JSON object"),
+        (b"{", "value=b'{': not UTF-8 JSON: "),
+        (b"\xff", "value=b'\\xff': not UTF-8 JSON: "),
+        (b"[" * 200, "value=b'" + "[" * 200 + "': not UTF-8 JSON: "),
+        (b"[" * 201, "value=b'" + "[" * 200 + "...': not UTF-8 JSON: "),
+        (b"1" * 201, "value=b'" + "1" * 200 + "...': must be a JSON object"),
+    ],
+)
+def test_unreadable_values_are_named_and_clipped(raw: Any, message: str) -> None:
+    """The refused value is quoted, cut to 200 bytes and ``...`` when longer."""
+    with pytest.raises(ControlMessageError) as info:
+        decode(raw)
+    if message.endswith(": "):
+        assert str(info.value).startswith(message)
+        assert len(str(info.value)) > len(message)
+    else:
+        assert str(info.value) == message
 
 
-def test_a_forced_reset_is_issued_and_expires_on_the_injected_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``group reset-offset --force``: the request's issue and expiry times come from the
-    clock given to :func:`adapter.ops.admin.reset_group_offsets`, which also bounds the
-    wait for the members' acknowledgements."""
-    from adapter.core.cluster import GroupInfo, Member
-    from adapter.errors import AdapterError
-    from adapter.io.admin import Ends
-    from adapter.ops import admin
+def _ack_data() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(encode(ResetAck("r1", "G", "m", {("orders", 0): 1})))
+    return data
 
-    class Session:
-        def __init__(self, config: Any, **_: Any) -> None:
-            self.config = dict(config)
 
-        def partitions(self, *_: Any) -> list[int]:
-            return [0]
+def _request_data() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(encode(request()))
+    return data
 
-        def describe_group(self, group: str) -> GroupInfo:
-            return GroupInfo(group, "Stable", (Member("m-1", "c1", "h", None, (("orders", 0),)),))
 
-        def committed(self, _group: str) -> dict[Any, int]:
-            return {("orders", 0): 3}
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**_request_data(), "v": 2}, "v=2: unsupported version (this reads 1)"),
+        ({**_request_data(), "type": "nudge"}, "type='nudge': expected 'reset' or 'ack'"),
+        ({**_request_data(), "extra": 1}, "reset.extra=1: unknown field"),
+        ({**_request_data(), "request_id": ""}, "reset.request_id='': must be a non-empty string"),
+        ({**_request_data(), "group": 7}, "reset.group=7: must be a non-empty string"),
+        ({**_request_data(), "topic": ""}, "reset.topic='': must be a non-empty string"),
+        (
+            {**_request_data(), "kafka_topic": ""},
+            "reset.kafka_topic='': must be a non-empty string",
+        ),
+        ({**_request_data(), "target": "latest"}, "reset.target='latest': must be an object"),
+        ({**_request_data(), "target": {}}, "reset.target.kind=None: missing"),
+        (
+            {**_request_data(), "target": {"kind": "latest", "at": 1}},
+            "reset.target.at=1: unknown field",
+        ),
+        (
+            {**_request_data(), "target": {"kind": 5}},
+            "reset.target.kind=5: expected one of ('earliest', 'latest', 'time')",
+        ),
+        ({**_request_data(), "offsets": {}}, "reset.offsets={}: must be a non-empty list"),
+        ({**_request_data(), "offsets": [7]}, "reset.offsets[0]=7: must be an object"),
+        (
+            {**_request_data(), "offsets": [{"partition": 3, "offset": 1}] * 2},
+            "reset.offsets[1].partition=3: listed twice",
+        ),
+        (
+            {**_request_data(), "offsets": [{"partition": 3, "offset": 0.5}]},
+            "reset.offsets[0].offset=0.5: must be a whole number",
+        ),
+        (
+            {**_request_data(), "issued_ms": -1},
+            "reset.issued_ms=-1: must be in 0..253402300799999",
+        ),
+        (
+            {**_request_data(), "expires_ms": -1},
+            "reset.expires_ms=-1: must be in 0..253402300799999",
+        ),
+        ({**_ack_data(), "extra": 1}, "ack.extra=1: unknown field"),
+        ({k: v for k, v in _ack_data().items() if k != "group"}, "ack.group=None: missing"),
+        ({**_ack_data(), "request_id": ""}, "ack.request_id='': must be a non-empty string"),
+        ({**_ack_data(), "group": ""}, "ack.group='': must be a non-empty string"),
+        ({**_ack_data(), "member_id": 3}, "ack.member_id=3: must be a non-empty string"),
+        ({**_ack_data(), "applied": {}}, "ack.applied={}: must be a list"),
+        ({**_ack_data(), "applied": ["x"]}, "ack.applied[0]='x': must be an object"),
+        (
+            {**_ack_data(), "applied": [{"kafka_topic": "o", "partition": -1, "offset": 0}]},
+            "ack.applied[0].partition=-1: must be in 0..2147483647",
+        ),
+        (
+            {**_ack_data(), "applied": [{"kafka_topic": "o", "partition": 2, "offset": -1}]},
+            "ack.applied[0].offset=-1: must be in 0..9223372036854775807",
+        ),
+        (
+            {**_ack_data(), "applied": [{"kafka_topic": "o", "partition": 2, "offset": 1}] * 2},
+            "ack.applied[1]='o[2]': listed twice",
+        ),
+    ],
+)
+def test_decode_errors_read_field_value_cause(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ControlMessageError) as info:
+        decode(json.dumps(data).encode())
+    assert str(info.value) == message
 
-        def watermarks(self, tps: Any, *_: Any) -> dict[Any, Ends]:
-            return {tp: Ends(0, 10) for tp in tps}
 
-    published: list[tuple[ResetRequest, Any]] = []
-
-    def publish(_config: Any, req: ResetRequest, _owners: Any, **kw: Any) -> dict[str, Any]:
-        published.append((req, kw.get("clock")))
-        return {}  # no member acknowledged
-
-    monkeypatch.setattr(admin, "AdminSession", Session)
-    monkeypatch.setattr(admin, "publish_reset", publish)
-    clock = _Clock(ms=1_795_448_000_000)  # not the system's time
-    with pytest.raises(AdapterError):
-        admin.reset_group_offsets(
-            {"bootstrap.servers": "127.0.0.1:1"},
-            "G",
-            "orders",
-            ResetTarget.earliest(),
-            force=True,
-            timeout_s=30.0,
-            clock=clock,
+def test_the_extremes_of_every_range_are_accepted_and_round_trip() -> None:
+    """0 and the largest partition, offset and epoch millisecond are valid values."""
+    for target in (ResetTarget.at(0), ResetTarget.at(_MAX_EPOCH_MS)):
+        req = request(
+            target=target,
+            offsets={0: 0, _MAX_PARTITION: _MAX_OFFSET},
+            issued_ms=0,
+            expires_ms=_MAX_EPOCH_MS,
         )
-    [(req, clock_used)] = published
-    assert (req.issued_ms, req.expires_ms) == (1_795_448_000_000, 1_795_448_030_000)
-    assert clock_used is clock
+        assert decode(encode(req)) == req
+    ack = ResetAck("r1", "G", "m", {("orders", 0): 0, ("orders", _MAX_PARTITION): _MAX_OFFSET})
+    assert decode(encode(ack)) == ack
+
+
+def test_encoding_is_compact_utf8() -> None:
+    raw = encode(ResetAck("r1", "组", "m", {("orders", 0): 1}))
+    assert (
+        raw
+        == (
+            '{"v":1,"type":"ack","request_id":"r1","group":"组","member_id":"m",'
+            '"applied":[{"kafka_topic":"orders","partition":0,"offset":1}]}'
+        ).encode()
+    )
+
+
+def test_settle_goes_on_past_a_silent_member() -> None:
+    req = request(offsets={0: 1, 1: 2})
+    ack = ResetAck("r1", "G", "b", {("orders", 1): 2})
+    out = settle(req, {"a": [0], "b": [1]}, {"b": ack})
+    assert out.silent == {"a": (0,)}
+    assert out.applied == {1: ("b", 2)}
+    assert out.left_out == {} and out.unowned == ()

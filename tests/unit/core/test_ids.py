@@ -74,3 +74,19 @@ def test_message_ids_are_unique_across_threads_and_32_hex() -> None:
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in out)
     with pytest.raises(ValueError):
         MessageIdGenerator(b"short")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((b"short",), "prefix=b'short': must be 10 bytes"),
+        (("0123456789",), "prefix='0123456789': must be 10 bytes"),
+        ((PREFIX, -1), "start=-1: must be an int in [0, 281474976710656)"),
+        ((PREFIX, COUNTER_SPAN), "start=281474976710656: must be an int in [0, 281474976710656)"),
+        ((PREFIX, True), "start=True: must be an int in [0, 281474976710656)"),
+    ],
+)
+def test_bad_input_errors_read_field_value_cause(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        MessageIdGenerator(*args)  # type: ignore[arg-type]
+    assert str(info.value) == message

@@ -3,6 +3,10 @@ limits (:mod:`adapter.core.offsets`)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -20,7 +24,17 @@ from adapter.constants import (
     DEFAULT_PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
 )
 from adapter.core.engine.tracking import PartitionState, Work
-from adapter.core.offsets import FROM_BEGINNING, FlowLimits, end_at_start
+from adapter.core.offsets import (
+    FROM_BEGINNING,
+    ConsumeFromWhere,
+    FlowLimits,
+    StartAt,
+    consume_from_where_of,
+    end_at_start,
+    first_start,
+    timestamp_ms,
+)
+from adapter.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
@@ -175,3 +189,81 @@ def test_end_at_start_reads_what_was_sent_after_the_member_started() -> None:
     assert end_at_start(ends, set(), ("t", 1)) == FROM_BEGINNING  # a partition added later
     assert end_at_start(ends, set(), ("new", 0)) == FROM_BEGINNING  # a topic created later
     assert end_at_start(ends, {"lost"}, ("lost", 0)) is None  # unknown: look it up now
+
+
+_W = ConsumeFromWhere
+
+
+@pytest.mark.parametrize(
+    ("where", "retry_topic", "expected"),
+    [
+        (_W.CONSUME_FROM_LAST_OFFSET, False, StartAt.END),
+        (_W.CONSUME_FROM_FIRST_OFFSET, False, StartAt.BEGINNING),
+        (_W.CONSUME_FROM_TIMESTAMP, False, StartAt.TIMESTAMP),
+        (_W.CONSUME_FROM_LAST_OFFSET, True, StartAt.BEGINNING),
+        (_W.CONSUME_FROM_FIRST_OFFSET, True, StartAt.BEGINNING),
+        (_W.CONSUME_FROM_TIMESTAMP, True, StartAt.BEGINNING),
+    ],
+)
+def test_first_start_reads_a_retry_topic_from_its_beginning(
+    where: ConsumeFromWhere, retry_topic: bool, expected: StartAt
+) -> None:
+    assert first_start(where, retry_topic=retry_topic) is expected
+
+
+@pytest.mark.parametrize(
+    "reset", ["earliest", "smallest", "beginning", "SMALLEST", "Beginning", "EARLIEST"]
+)
+def test_every_spelling_of_an_earliest_reset_starts_at_the_first_offset(reset: str) -> None:
+    assert consume_from_where_of(None, reset) is _W.CONSUME_FROM_FIRST_OFFSET
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: consume_from_where_of("FROM_NOW", None),
+            "consume_from_where='FROM_NOW': expected one of ['CONSUME_FROM_LAST_OFFSET', "
+            "'CONSUME_FROM_FIRST_OFFSET', 'CONSUME_FROM_TIMESTAMP']",
+        ),
+        (
+            lambda: timestamp_ms(True),
+            "consume_timestamp=True: expected epoch ms, a datetime or text",
+        ),
+        (lambda: timestamp_ms(-1), "consume_timestamp=-1: epoch milliseconds must be >= 0"),
+        (
+            lambda: timestamp_ms("garbage"),
+            "consume_timestamp='garbage': expected epoch ms, a datetime or 'yyyyMMddHHmmss' (UTC)",
+        ),
+        (
+            lambda: timestamp_ms(1.5),
+            "consume_timestamp=1.5: expected epoch ms, a datetime or 'yyyyMMddHHmmss' (UTC)",
+        ),
+    ],
+)
+def test_start_settings_errors_read_field_value_cause(call: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        call()  # type: ignore[operator]
+    assert str(info.value) == message
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process runs in a zone 5:30 ahead of UTC (naive times must still read as UTC)."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
+def test_timestamps_read_naive_times_as_utc_and_keep_a_given_zone() -> None:
+    noon_utc = 1_795_867_200_000  # 2026-11-28T12:00:00Z
+    assert timestamp_ms(0) == 0
+    assert timestamp_ms(noon_utc) == noon_utc
+    assert timestamp_ms("20261128120000") == noon_utc
+    assert timestamp_ms(datetime(2026, 11, 28, 12)) == noon_utc  # noqa: DTZ001
+    assert timestamp_ms(datetime(2026, 11, 28, 12, tzinfo=UTC)) == noon_utc
+    plus_one = timezone(timedelta(hours=1))
+    assert timestamp_ms(datetime(2026, 11, 28, 13, tzinfo=plus_one)) == noon_utc

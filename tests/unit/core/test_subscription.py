@@ -64,3 +64,14 @@ def test_repeated_names_the_topics_unheld_at_two_checks_in_a_row() -> None:
     assert watch.repeated == []  # unheld again: counted from the start
     assert watch.due(22.0, ["a", "r"], [("a", 0)]) == []  # not due: repeated stays
     assert watch.repeated == []
+
+
+@pytest.mark.parametrize("every_s", [0, -1.5])
+def test_a_pace_that_is_not_positive_is_refused_by_name(every_s: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        SubscriptionWatch(every_s)
+    assert str(info.value) == f"every_s={every_s!r}: must be positive"
+
+
+def test_nothing_is_repeated_before_the_first_check() -> None:
+    assert SubscriptionWatch(5.0).repeated == []
