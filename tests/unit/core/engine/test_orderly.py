@@ -981,3 +981,39 @@ class TestWhatTheNextLayerReads:
         assert eng.completed(nxt, 1, None, 0.0) == []
         last = eng.fetched(TP, keyed((2, "a")), end=3)
         assert isinstance(last, OrderlyWork) and last.fresh
+
+    def test_a_run_of_several_keys_is_in_offset_order_and_capped(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=1, store_interval_s=0.0),
+            OrderlyOptions(ordering=Ordering.KEY, work_max=3),
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, keyed((0, "z")), end=1)
+        assert first is not None
+        eng.fetched(TP, keyed((1, "a"), (2, "b"), (3, "a"), (4, "a"), (5, "a")), end=6)
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [1, 2, 3]  # across keys in offset order, at most 3
+        assert offsets(run_of(eng.completed(nxt, 3, None, 0.0))) == [4, 5]
+
+    def test_a_run_of_one_key_stops_at_the_cap_before_another_key(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=1, store_interval_s=0.0),
+            OrderlyOptions(ordering=Ordering.KEY, work_max=2),
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, keyed((0, "z")), end=1)
+        assert first is not None
+        eng.fetched(TP, keyed((1, "a"), (2, "a"), (3, "a"), (4, "b")), end=5)
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [1, 2]
+
+    def test_of_two_suspended_batches_due_the_first_in_offset_order_runs(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1, suspend_ms=100)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b")), end=2)
+        assert work is not None
+        nxt = run_of(eng.completed(work, 0, suspend(), 0.0))
+        eng.completed(nxt, 0, suspend(), 0.0)
+        assert eng.suspended(TP) == 2
+        retry = run_of(eng.tick(0.1))
+        assert offsets(retry) == [0]
+        assert offsets(run_of(eng.completed(retry, 1, None, 0.1))) == [1]
