@@ -1017,3 +1017,78 @@ class TestWhatTheNextLayerReads:
         retry = run_of(eng.tick(0.1))
         assert offsets(retry) == [0]
         assert offsets(run_of(eng.completed(retry, 1, None, 0.1))) == [1]
+
+    def test_an_acknowledged_copy_below_the_retry_moves_the_offset(self) -> None:
+        eng = engine(max_reconsume_times=1, batch_size=2)
+        work = eng.fetched(TP, [Msg(0, reconsume_times=1), Msg(1)], end=2)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        eng.published(copy)
+        assert stored(eng.tick(0.0)) == {TP: 1}
+
+    def test_while_draining_the_offset_is_the_first_message_put_back(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None
+        eng.completed(work, 1, None, 0.0, chain=False)
+        assert eng.committable(TP) == 2
+
+    def test_offsets_are_stored_once_per_store_interval(self) -> None:
+        eng = engine(store_interval_s=1.0)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        eng.completed(work, 1, None, 0.0)
+        assert stored(eng.tick(0.5)) == {}
+        assert stored(eng.tick(1.0)) == {TP: 2}
+
+    def test_a_copy_due_again_is_sent_by_the_first_tick_at_its_time(self) -> None:
+        eng = engine(max_reconsume_times=1, batch_size=2, suspend_ms=10)
+        work = eng.fetched(TP, [Msg(0, reconsume_times=1), Msg(1)], end=2)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        eng.publish_failed(copy, Refusal.TRANSIENT, now=0.0)
+        acts = eng.tick(0.01)
+        [again] = of(SendBack, acts)
+        assert again.msg.queue_offset == 0
+        assert of(RunWork, acts) == []  # the retry waits for the copy
+
+    def test_copies_and_runs_of_many_partitions_come_out_of_one_tick(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=100)
+        tps = [("orders", p) for p in range(1, 11)]
+        copies = []
+        for tp in tps:
+            eng.assigned(tp)
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+            copies.append(copy)
+        held = eng.fetched(TP, msgs(0, 1, reconsume_times=-5), end=1)
+        assert held is not None
+        eng.completed(held, 0, BatchVerdict(SUSPEND, 100, 0.0), 0.0)  # TP due at 0.1
+        eng.revoked(tps[0])
+        for copy in copies:
+            eng.publish_failed(copy, Refusal.TRANSIENT, now=0.0)  # sent again at 0.1
+        acts = eng.tick(0.1)
+        assert {a.tp for a in of(SendBack, acts)} == set(tps[1:])
+        assert [a.work.tp for a in of(RunWork, acts)] == [TP]
+
+    def test_every_partition_over_its_limit_pauses_in_the_same_tick(self) -> None:
+        flow = FlowLimits(max_count=1, max_bytes=10**9, max_span=10**6)
+        eng = engine(batch_size=1, flow=flow)
+        eng.revoked(TP)
+        full = [("orders", p) for p in range(10)]
+        idle = [("idle", p) for p in range(10)]
+        for tp in full + idle:
+            eng.assigned(tp)
+        for tp in full:
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            eng.completed(work, 0, suspend(), 0.0)
+            eng.fetched(tp, msgs(1, 1), end=2)
+        for tp in idle:
+            assert eng.fetched(tp, [], end=5) is None
+        acts = eng.tick(0.0)
+        assert {a.tp for a in of(Pause, acts)} == set(full)
+        assert stored(acts) == {**dict.fromkeys(full, 0), **dict.fromkeys(idle, 5)}
