@@ -29,6 +29,7 @@ from adapter.core.engine.orderly import (
     Ordering,
     OrderlyEngine,
     OrderlyOptions,
+    OrderlyWork,
     judge_orderly,
     orderly_max_reconsume_times,
     suspend_ms_of,
@@ -682,3 +683,412 @@ def test_an_offset_the_client_refused_to_store_is_handed_out_again() -> None:
     assert stored(eng.tick(1.0)) == {}
     eng.store_failed([TP])
     assert stored(eng.tick(2.0)) == {TP: 105}
+
+
+class TestWhatTheNextLayerReads:
+    """What the runner and the client read of the engine: a run's attributes, the counts
+    behind flow control and the introspection of a partition, ours or not."""
+
+    def test_a_partition_not_ours_has_nothing_in_flight(self) -> None:
+        eng = engine()
+        other = ("orders", 9)
+        eng.revoked(other)  # never assigned: harmless
+        assert not eng.owns(other) and eng.owns(TP)
+        assert eng.in_flight(other) == 0
+        assert eng.suspended(other) == 0 and eng.suspended_keys(other) == 0
+        assert eng.committable(other) is None
+        assert eng.fetched(other, msgs(0, 1), end=1) is None
+        eng.assigned(other)
+        assert eng.fetched(other, msgs(0, 1), end=1) is not None
+
+    def test_every_assignment_is_a_new_generation(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1)
+        seen = []
+        for _ in range(3):
+            work = eng.fetched(TP, msgs(0, 1), end=1)
+            assert work is not None and eng.is_current(work)
+            seen.append(work.generation)
+            [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+            assert copy.generation == work.generation and copy.work is work
+            assert eng.holds(copy)
+            eng.revoked(TP)
+            assert not eng.is_current(work) and not eng.holds(copy)
+            eng.assigned(TP)
+        assert len(set(seen)) == 3
+
+    def test_a_run_names_its_end_and_whether_it_is_one_fetch(self) -> None:
+        eng = engine(suspend_ms=100)
+        work = eng.fetched(TP, msgs(100, 3), end=104)
+        assert work is not None and work.fresh and work.end == 104
+        eng.fetched(TP, msgs(104, 2), end=106)
+        eng.completed(work, 0, suspend(), 0.0)
+        retry = run_of(eng.tick(0.1))
+        assert isinstance(retry, OrderlyWork) and not retry.fresh and retry.end == 102
+        nxt = run_of(eng.completed(retry, 1, None, 0.1))
+        assert isinstance(nxt, OrderlyWork) and not nxt.fresh
+        assert offsets(nxt) == [102, 104, 105] and nxt.end == 106
+
+    def test_a_fetch_of_exactly_the_cap_runs_at_once(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=2, store_interval_s=0.0), OrderlyOptions(work_max=4)
+        )
+        eng.assigned(TP)
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None and work.fresh and offsets(work) == [0, 1, 2, 3]
+
+    def test_a_cap_below_one_batch_is_one_batch(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=3, store_interval_s=0.0), OrderlyOptions(work_max=2)
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, msgs(0, 1), end=1)
+        assert first is not None
+        eng.fetched(TP, msgs(1, 7), end=8)
+        assert offsets(run_of(eng.completed(first, 1, None, 0.0))) == [1, 2, 3]
+
+    def test_messages_in_flight_through_suspend_dead_letter_and_retry(self) -> None:
+        eng = engine(max_reconsume_times=3, batch_size=3, suspend_ms=100)
+        batch = [Msg(0, reconsume_times=3), Msg(1), Msg(2)]
+        work = eng.fetched(TP, batch, end=3)
+        assert work is not None
+        eng.fetched(TP, msgs(3, 2), end=5)
+        assert eng.in_flight(TP) == 5
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert eng.in_flight(TP) == 5 and eng.suspended(TP) == 1
+        assert eng.suspended_keys(TP) == 1 and eng.local_retries() == 1
+        eng.published(copy)
+        assert eng.in_flight(TP) == 4
+        retry = run_of(eng.tick(0.1))
+        assert offsets(retry) == [1, 2]
+        eng.completed(retry, 0, suspend(), 0.1)  # fails again: the same two, still in flight
+        assert eng.in_flight(TP) == 4 and eng.suspended(TP) == 1
+        assert eng.suspended_keys(TP) == 1 and eng.local_retries() == 1
+        retry = run_of(eng.tick(0.2))
+        assert [m.reconsume_times for m in retry.msgs] == [2, 2]
+        nxt = run_of(eng.completed(retry, 1, None, 0.2))
+        assert eng.in_flight(TP) == 2 and eng.suspended(TP) == 0 and eng.local_retries() == 0
+        assert eng.suspended_keys(TP) == 0
+        eng.completed(nxt, 1, None, 0.2)
+        assert eng.in_flight(TP) == 0
+
+    def test_a_dropped_message_is_settled_and_named(self) -> None:
+        options = EngineOptions(batch_size=3, max_reconsume_times=1, store_interval_s=0.0)
+        eng = OrderlyEngine(options, OrderlyOptions(dead_letters=False))
+        eng.assigned(TP)
+        work = eng.fetched(TP, [Msg(0), Msg(1, reconsume_times=1), Msg(2)], end=3)
+        assert work is not None
+        acts = eng.completed(work, 0, suspend(rt=0.25), 0.0)
+        [dropped] = of(Dropped, acts)
+        assert dropped.tp == TP and dropped.msg.queue_offset == 1
+        assert dropped.failure.type == "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+        assert dropped.info == (3, 1, None, 250.0)
+        assert eng.in_flight(TP) == 2
+
+    def test_a_dead_letter_carries_its_place_in_the_batch(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=2)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        copies = of(SendBack, eng.completed(work, 0, suspend(rt=0.5), 0.0))
+        assert [c.info for c in copies] == [(2, 0, None, 500.0), (2, 1, None, 500.0)]
+
+    @pytest.mark.parametrize(("own", "times", "dead"), [(-1, 10_000, False), (2, 2, True)])
+    def test_a_message_header_of_minus_one_is_unlimited(
+        self, own: int, times: int, dead: bool
+    ) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1)
+        m = Msg(0, reconsume_times=times, max_reconsume_times=own)
+        work = eng.fetched(TP, [m], end=1)
+        assert work is not None
+        assert bool(of(SendBack, eng.completed(work, 0, suspend(), 0.0))) is dead
+
+    def test_a_refused_copy_waiting_counts_as_a_local_retry(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=200)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert eng.local_retries() == 1
+        eng.publish_failed(copy, Refusal.TRANSIENT, now=1.0)
+        assert eng.local_retries() == 2
+        assert eng.next_due() == pytest.approx(1.2)
+        [again] = of(SendBack, eng.tick(1.2))
+        eng.published(again)
+        assert eng.in_flight(TP) == 0 and eng.local_retries() == 0
+
+    def test_without_its_body_a_copy_is_no_longer_sent_alone(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1)
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        [alone] = eng.publish_failed(copy, Refusal.TOO_LARGE, 0.0)
+        [bodiless] = eng.publish_failed(alone, Refusal.TOO_LARGE, 0.0)
+        assert isinstance(bodiless, SendBack) and bodiless.omit_body and not bodiless.alone
+        assert eng.holds(bodiless) and not eng.holds(alone)
+        assert eng.publish_failed(bodiless, Refusal.TOO_LARGE, 0.0) != [bodiless]
+
+    def test_bytes_waiting_and_suspended_decide_the_pause(self) -> None:
+        flow = FlowLimits(max_count=10**6, max_bytes=25, max_span=10**6)
+        eng = engine(batch_size=1, suspend_ms=100, flow=flow)
+        work = eng.fetched(TP, msgs(0, 1), end=1)  # running: not counted
+        assert work is not None and of(Pause, eng.tick(0.0)) == []
+        eng.completed(work, 0, suspend(), 0.0)  # 10 bytes suspended
+        eng.fetched(TP, msgs(1, 1), end=2)  # 20
+        assert of(Pause, eng.tick(0.0)) == []
+        eng.fetched(TP, msgs(2, 1), end=3)
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 25")]
+        retry = run_of(eng.tick(0.1))
+        assert of(Resume, eng.tick(0.1)) == []  # the retry's bytes count until it succeeds
+        nxt = run_of(eng.completed(retry, 1, None, 0.1))  # the rest runs: nothing waits
+        assert offsets(nxt) == [1, 2]
+        assert of(Resume, eng.tick(0.1)) == [Resume(TP)]
+
+    def test_the_offset_span_in_flight_decides_the_pause(self) -> None:
+        flow = FlowLimits(max_count=10**6, max_bytes=10**9, max_span=5)
+        eng = engine(batch_size=1, flow=flow)
+        work = eng.fetched(TP, msgs(10, 1), end=11)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)
+        eng.fetched(TP, msgs(11, 5), end=16)
+        assert of(Pause, eng.tick(0.0)) == []  # 15 - 10 = 5: not above
+        eng.fetched(TP, msgs(16, 1), end=17)
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "in-flight offset span 6 > 5")]
+
+    def test_an_older_fetch_end_never_moves_the_position_back(self) -> None:
+        eng = engine()
+        assert eng.fetched(TP, [], end=50) is None
+        assert eng.fetched(TP, [], end=40) is None
+        assert stored(eng.tick(0.0)) == {TP: 50}
+
+    def test_bytes_put_back_suspended_and_released(self) -> None:
+        flow = FlowLimits(max_count=10**6, max_bytes=15, max_span=10**6)
+        eng = engine(batch_size=2, suspend_ms=100, flow=flow)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        eng.fetched(TP, msgs(2, 1), end=3)  # 10 bytes wait
+        eng.completed(work, 0, suspend(), 0.0)  # and 20 suspended
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 15")]
+        retry = run_of(eng.tick(0.1))
+        nxt = run_of(eng.completed(retry, 1, None, 0.1))  # released; the rest runs
+        assert offsets(nxt) == [2]
+        assert of(Resume, eng.tick(0.1)) == [Resume(TP)]
+
+    def test_bytes_of_a_stopped_run_put_back_count(self) -> None:
+        flow = FlowLimits(max_count=10**6, max_bytes=25, max_span=10**6)
+        eng = engine(batch_size=1, flow=flow)
+        work = eng.fetched(TP, msgs(0, 3), end=3)
+        assert work is not None
+        eng.fetched(TP, msgs(3, 1), end=4)  # 10 bytes wait
+        eng.completed(work, 1, None, 0.0, chain=False)  # 20 more put back
+        rest = run_of(eng.tick(0.0))  # and taken again, with the one that waited
+        assert offsets(rest) == [1, 2, 3]
+        eng.fetched(TP, msgs(4, 3), end=7)
+        assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 25")]
+
+    def test_bytes_of_a_retry_suspended_again_count_once(self) -> None:
+        flow = FlowLimits(max_count=10**6, max_bytes=35, max_span=10**6)
+        eng = engine(batch_size=2, suspend_ms=100, flow=flow)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        eng.fetched(TP, msgs(2, 1), end=3)
+        eng.completed(work, 0, suspend(), 0.0)
+        retry = run_of(eng.tick(0.1))
+        eng.completed(retry, 0, suspend(), 0.1)  # still 30 bytes
+        assert of(Pause, eng.tick(0.1)) == []
+
+    def test_a_success_verdict_in_time_counts_as_exactly_one_batch(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 6), end=6)
+        assert work is not None
+        acts = eng.completed(work, 0, BatchVerdict(SUCCESS, -1, 0.1), now=0.0)
+        assert offsets(run_of(acts)) == [2, 3, 4, 5]
+
+    def test_a_stopped_retry_runs_again_whole(self) -> None:
+        eng = engine(suspend_ms=100)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)
+        retry = run_of(eng.tick(0.1))
+        assert eng.completed(retry, 0, None, 0.1, chain=False) == []
+        again = run_of(eng.tick(0.2))
+        assert [(m.queue_offset, m.reconsume_times) for m in again.msgs] == [(0, 1), (1, 1)]
+
+    def test_a_due_retry_comes_before_other_keys_when_a_run_ends(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1, suspend_ms=100)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b")), end=2)
+        assert work is not None
+        nxt = run_of(eng.completed(work, 0, suspend(), 0.0))
+        assert offsets(nxt) == [1]
+        eng.fetched(TP, keyed((2, "b")), end=3)
+        after = run_of(eng.completed(nxt, 1, None, 2.0))
+        assert [(m.queue_offset, m.reconsume_times) for m in after.msgs] == [(0, 1)]
+
+    @pytest.mark.parametrize("ordering", list(Ordering))
+    def test_a_retry_dropped_at_its_maximum_frees_what_waits_behind_it(
+        self, ordering: Ordering
+    ) -> None:
+        options = EngineOptions(batch_size=1, max_reconsume_times=1, store_interval_s=0.0)
+        eng = OrderlyEngine(
+            options, OrderlyOptions(dead_letters=False, ordering=ordering, suspend_ms=100)
+        )
+        eng.assigned(TP)
+        work = eng.fetched(TP, keyed((0, "a")), end=1)
+        assert work is not None
+        eng.fetched(TP, keyed((1, "a")), end=2)
+        eng.completed(work, 0, suspend(), 0.0)
+        retry = run_of(eng.tick(0.1))
+        acts = eng.completed(retry, 0, suspend(), 0.1)
+        assert [d.msg.queue_offset for d in of(Dropped, acts)] == [0]
+        assert offsets(run_of(acts)) == [1]
+        assert eng.suspended(TP) == 0 and eng.suspended_keys(TP) == 0
+
+    def test_suspended_batches_over_all_partitions_are_local_retries(self) -> None:
+        eng = engine()
+        other = ("orders", 1)
+        eng.assigned(other)
+        for tp in (TP, other):
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            eng.completed(work, 0, suspend(), 0.0)
+        assert eng.local_retries() == 2
+
+    def test_a_key_waiting_behind_its_suspended_batch_runs_after_the_retry(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1, suspend_ms=100)
+        work = eng.fetched(TP, keyed((0, "a")), end=1)
+        assert work is not None
+        eng.fetched(TP, keyed((1, "a"), (2, "b")), end=3)
+        nxt = run_of(eng.completed(work, 0, suspend(), 0.0))
+        assert offsets(nxt) == [2]
+        eng.completed(nxt, 1, None, 0.0)
+        retry = run_of(eng.tick(0.1))
+        assert offsets(run_of(eng.completed(retry, 1, None, 0.1))) == [1]
+
+    def test_a_partition_suspended_holds_one_key_whatever_the_record_keys(self) -> None:
+        eng = engine(batch_size=2)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b")), end=2)
+        assert work is not None
+        eng.completed(work, 0, suspend(), 0.0)
+        assert eng.suspended(TP) == 1 and eng.suspended_keys(TP) == 1
+
+    @pytest.mark.parametrize("ordering", list(Ordering))
+    def test_once_everything_waiting_ran_the_next_fetch_runs_as_it_is(
+        self, ordering: Ordering
+    ) -> None:
+        eng = engine(ordering=ordering, batch_size=1)
+        work = eng.fetched(TP, keyed((0, "a")), end=1)
+        assert work is not None
+        eng.fetched(TP, keyed((1, "a")), end=2)
+        nxt = run_of(eng.completed(work, 1, None, 0.0))
+        assert not nxt.fresh  # type: ignore[attr-defined]
+        assert eng.completed(nxt, 1, None, 0.0) == []
+        last = eng.fetched(TP, keyed((2, "a")), end=3)
+        assert isinstance(last, OrderlyWork) and last.fresh
+
+    def test_a_run_of_several_keys_is_in_offset_order_and_capped(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=1, store_interval_s=0.0),
+            OrderlyOptions(ordering=Ordering.KEY, work_max=3),
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, keyed((0, "z")), end=1)
+        assert first is not None
+        eng.fetched(TP, keyed((1, "a"), (2, "b"), (3, "a"), (4, "a"), (5, "a")), end=6)
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [1, 2, 3]  # across keys in offset order, at most 3
+        assert offsets(run_of(eng.completed(nxt, 3, None, 0.0))) == [4, 5]
+
+    def test_a_run_of_one_key_stops_at_the_cap_before_another_key(self) -> None:
+        eng = OrderlyEngine(
+            EngineOptions(batch_size=1, store_interval_s=0.0),
+            OrderlyOptions(ordering=Ordering.KEY, work_max=2),
+        )
+        eng.assigned(TP)
+        first = eng.fetched(TP, keyed((0, "z")), end=1)
+        assert first is not None
+        eng.fetched(TP, keyed((1, "a"), (2, "a"), (3, "a"), (4, "b")), end=5)
+        nxt = run_of(eng.completed(first, 1, None, 0.0))
+        assert offsets(nxt) == [1, 2]
+
+    def test_of_two_suspended_batches_due_the_first_in_offset_order_runs(self) -> None:
+        eng = engine(ordering=Ordering.KEY, batch_size=1, suspend_ms=100)
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b")), end=2)
+        assert work is not None
+        nxt = run_of(eng.completed(work, 0, suspend(), 0.0))
+        eng.completed(nxt, 0, suspend(), 0.0)
+        assert eng.suspended(TP) == 2
+        retry = run_of(eng.tick(0.1))
+        assert offsets(retry) == [0]
+        assert offsets(run_of(eng.completed(retry, 1, None, 0.1))) == [1]
+
+    def test_an_acknowledged_copy_below_the_retry_moves_the_offset(self) -> None:
+        eng = engine(max_reconsume_times=1, batch_size=2)
+        work = eng.fetched(TP, [Msg(0, reconsume_times=1), Msg(1)], end=2)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        eng.published(copy)
+        assert stored(eng.tick(0.0)) == {TP: 1}
+
+    def test_while_draining_the_offset_is_the_first_message_put_back(self) -> None:
+        eng = engine()
+        work = eng.fetched(TP, msgs(0, 4), end=4)
+        assert work is not None
+        eng.completed(work, 1, None, 0.0, chain=False)
+        assert eng.committable(TP) == 2
+
+    def test_offsets_are_stored_once_per_store_interval(self) -> None:
+        eng = engine(store_interval_s=1.0)
+        work = eng.fetched(TP, msgs(0, 2), end=2)
+        assert work is not None
+        assert stored(eng.tick(0.0)) == {TP: 0}
+        eng.completed(work, 1, None, 0.0)
+        assert stored(eng.tick(0.5)) == {}
+        assert stored(eng.tick(1.0)) == {TP: 2}
+
+    def test_a_copy_due_again_is_sent_by_the_first_tick_at_its_time(self) -> None:
+        eng = engine(max_reconsume_times=1, batch_size=2, suspend_ms=10)
+        work = eng.fetched(TP, [Msg(0, reconsume_times=1), Msg(1)], end=2)
+        assert work is not None
+        [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+        eng.publish_failed(copy, Refusal.TRANSIENT, now=0.0)
+        acts = eng.tick(0.01)
+        [again] = of(SendBack, acts)
+        assert again.msg.queue_offset == 0
+        assert of(RunWork, acts) == []  # the retry waits for the copy
+
+    def test_copies_and_runs_of_many_partitions_come_out_of_one_tick(self) -> None:
+        eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=100)
+        tps = [("orders", p) for p in range(1, 11)]
+        copies = []
+        for tp in tps:
+            eng.assigned(tp)
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+            copies.append(copy)
+        held = eng.fetched(TP, msgs(0, 1, reconsume_times=-5), end=1)
+        assert held is not None
+        eng.completed(held, 0, BatchVerdict(SUSPEND, 100, 0.0), 0.0)  # TP due at 0.1
+        eng.revoked(tps[0])
+        for copy in copies:
+            eng.publish_failed(copy, Refusal.TRANSIENT, now=0.0)  # sent again at 0.1
+        acts = eng.tick(0.1)
+        assert {a.tp for a in of(SendBack, acts)} == set(tps[1:])
+        assert [a.work.tp for a in of(RunWork, acts)] == [TP]
+
+    def test_every_partition_over_its_limit_pauses_in_the_same_tick(self) -> None:
+        flow = FlowLimits(max_count=1, max_bytes=10**9, max_span=10**6)
+        eng = engine(batch_size=1, flow=flow)
+        eng.revoked(TP)
+        full = [("orders", p) for p in range(10)]
+        idle = [("idle", p) for p in range(10)]
+        for tp in full + idle:
+            eng.assigned(tp)
+        for tp in full:
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            eng.completed(work, 0, suspend(), 0.0)
+            eng.fetched(tp, msgs(1, 1), end=2)
+        for tp in idle:
+            assert eng.fetched(tp, [], end=5) is None
+        acts = eng.tick(0.0)
+        assert {a.tp for a in of(Pause, acts)} == set(full)
+        assert stored(acts) == {**dict.fromkeys(full, 0), **dict.fromkeys(idle, 5)}

@@ -42,6 +42,10 @@ def stored(actions: list[Any]) -> dict[tuple[str, int], int]:
     return out
 
 
+def not_stores(actions: list[Any]) -> list[Any]:
+    return [a for a in actions if not isinstance(a, StoreOffsets)]
+
+
 class TestDue:
     def test_entries_leave_in_order_when_due_and_never_early(self) -> None:
         eng = engine()
@@ -297,3 +301,128 @@ def test_due_within_counts_held_entries_per_real_topic_up_to_a_time() -> None:
     assert eng.due_within({"%RETRY%g"}, NOW + 5000) == {"%RETRY%g": 2}
     assert len(eng.due(NOW + 1000)) == 1  # in flight now (offset order): still counted
     assert eng.due_within({"%RETRY%g"}, NOW + 5000) == {"%RETRY%g": 2}
+
+
+class TestWhatTheServiceReads:
+    """What the ScheduleService reads of the engine: an entry's parts, holds, flow control,
+    the offsets to store and the introspection of partitions, ours or not."""
+
+    def test_the_defaults(self) -> None:
+        eng = ScheduleEngine()
+        assert (eng.buffer_max, eng.retry_after_ms, eng.store_interval_ms) == (5000, 1000, 20)
+
+    def test_an_entry_keeps_the_records_parts(self) -> None:
+        eng = engine()
+        raw = headers(NOW + 5)
+        entry = eng.fetched(TP, 3, b"v", b"k", raw, NOW)
+        assert entry is not None
+        assert (entry.key, entry.headers, entry.seen_ms) == (b"k", tuple(raw), NOW)
+        bare = eng.fetched(TP, 4, b"v", None, None, NOW)
+        assert bare is not None and bare.headers == () and bare.info.real_topic is None
+
+    def test_offsets_are_stored_at_most_every_interval_from_time_zero(self) -> None:
+        eng = engine(store_interval_ms=20)
+        entry = fetch(eng, 0, 0, seen_ms=0)
+        assert entry is not None
+        assert stored(eng.tick(0)) == {TP: 0}
+        eng.due(0)
+        eng.settled(entry)
+        assert eng.tick(10) == []  # moved, but too soon
+        assert stored(eng.tick(20)) == {TP: 1}
+
+    def test_a_partition_with_nothing_due_does_not_hide_the_others(self) -> None:
+        eng = engine()
+        other = (TP[0], 1)
+        eng.assigned(other, DELAY)
+        entry = eng.fetched(other, 0, b"v", None, headers(NOW + 50), NOW)
+        assert entry is not None
+        assert eng.next_wake_ms() == NOW + 50
+        assert eng.due(NOW + 50) == [entry]
+        assert eng.inflight(other) == 1 and eng.inflight(TP) == 0 and eng.inflight() == 1
+        fetch(eng, 0, NOW + 70)
+        assert eng.waiting() == {TP: (1, NOW + 70), other: (0, None)}
+        eng.failed(entry, NOW)  # held until NOW + 1000
+        assert eng.next_wake_ms() == NOW + 70
+        eng.due(NOW + 70)
+        assert eng.next_wake_ms() == NOW + 1000
+
+    def test_a_held_partition_resumes_when_its_hold_ends_and_only_once(self) -> None:
+        eng = engine(retry_after_ms=1000)
+        entry = fetch(eng, 0, NOW)
+        assert entry is not None
+        eng.due(NOW)
+        assert eng.failed(entry, NOW) == Rewind(TP, 0)
+        assert eng.held() == [TP] and fetch(eng, 0, NOW) is None
+        assert not_stores(eng.tick(NOW + 999)) == []
+        assert not_stores(eng.tick(NOW + 1000)) == [Resume(TP)]
+        assert eng.held() == [] and not_stores(eng.tick(NOW + 1001)) == []
+
+    def test_a_full_buffer_pauses_with_its_count_and_resumes_below_half(self) -> None:
+        eng = engine(buffer_max=5)
+        for i in range(5):
+            fetch(eng, i, NOW + i)
+        assert [a for a in eng.tick(NOW) if isinstance(a, Pause)] == [
+            Pause(TP, "5 entries buffered")
+        ]
+        assert [a for a in eng.tick(NOW) if isinstance(a, Pause)] == []
+        eng.due(NOW + 2)  # 2 left: not below half of 5 (2)
+        assert [a for a in eng.tick(NOW) if isinstance(a, Resume)] == []
+        eng.due(NOW + 3)
+        assert [a for a in eng.tick(NOW) if isinstance(a, Resume)] == [Resume(TP)]
+        assert [a for a in eng.tick(NOW) if isinstance(a, Resume)] == []
+
+    def test_late_results_for_a_partition_not_ours_change_nothing(self) -> None:
+        eng = engine()
+        entry = fetch(eng, 0, NOW)
+        assert entry is not None
+        eng.due(NOW)
+        eng.settled(entry)
+        eng.settled(entry)  # twice: harmless
+        eng.revoked(TP)
+        eng.in_transaction(entry)
+        eng.mark(entry, Mark(alone=True))
+        assert eng.txn_offset(TP) is None and eng.committable(TP) is None
+        assert eng.inflight(TP) == 0 and eng.rewind(TP, 0, NOW) is None
+
+    def test_a_committed_transaction_stores_its_offset_and_forgets_its_marks(self) -> None:
+        eng = engine()
+        entry = fetch(eng, 0, NOW)
+        assert entry is not None
+        eng.due(NOW)
+        assert stored(eng.tick(NOW)) == {TP: 0}
+        eng.mark(entry, Mark(alone=True))
+        eng.in_transaction(entry)
+        assert eng.txn_offset(TP) == 1
+        eng.txn_committed(TP)
+        assert stored(eng.tick(NOW)) == {TP: 1}
+        eng.rewind(TP, 0, NOW, hold_ms=0)
+        eng.tick(NOW)
+        again = fetch(eng, 0, NOW)
+        assert again is not None and again.mark is None
+
+    def test_a_rewind_keeps_the_stored_offset(self) -> None:
+        eng = engine()
+        for i in range(3):
+            fetch(eng, i, NOW)
+        eng.due(NOW)
+        assert stored(eng.tick(NOW)) == {TP: 0}
+        eng.rewind(TP, 0, NOW, hold_ms=0)
+        eng.tick(NOW)
+        fetch(eng, 0, NOW + 10)
+        assert stored(eng.tick(NOW)) == {}  # still 0: nothing to store again
+
+    def test_every_rewind_and_assignment_is_a_new_generation(self) -> None:
+        eng = engine()
+        first = fetch(eng, 0, NOW)
+        assert first is not None and eng.current(first)
+        eng.rewind(TP, 0, NOW, hold_ms=0)
+        eng.rewind(TP, 0, NOW, hold_ms=0)
+        eng.revoked(TP)
+        eng.assigned(TP, DELAY)
+        assert not eng.current(first)
+        second = fetch(eng, 0, NOW)
+        assert second is not None and eng.current(second)
+        eng.revoked(TP)
+        eng.assigned(TP, DELAY)
+        assert not eng.current(second)
+        eng.revoked(("other", 0))  # never assigned: harmless
