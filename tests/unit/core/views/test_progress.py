@@ -1,0 +1,258 @@
+"""``group progress``: the rows :func:`build_progress` assembles, the start rule without a
+committed offset, the topics shown, and the report's text and JSON, column by column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adapter.core.breaker import CircuitState
+from adapter.core.circuit_status import CircuitStatus, MemberCircuit
+from adapter.core.cluster import GroupInfo, Member, PartitionHealth
+from adapter.core.offsets import ConsumeFromWhere, StartAt
+from adapter.core.views.progress import (
+    DlqSize,
+    GroupProgress,
+    PartitionProgress,
+    build_progress,
+    start_rule,
+    subscribed_topics,
+)
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_795_448_570_000  # 2026-11-23T15:42:50Z
+RETRY = "rmq.retry.G"
+DLQ = "rmq.dlq.G"
+
+OK = PartitionHealth(1, 3, 3)
+UNDER = PartitionHealth(2, 3, 2)
+LEADERLESS = PartitionHealth(None, 3, 0)
+
+M1 = Member("c1-aaa", "c1", "10.0.0.1", None, (("orders", 0), (RETRY, 0)))
+M2 = Member("c2-bbb", "c2", "10.0.0.2", "static-2", (("orders", 1),))
+INFO = GroupInfo("G", "STABLE", (M1, M2))
+
+OPEN = MemberCircuit(
+    CircuitStatus("G", "c1-aaa", CircuitState.OPEN, NOW - 30_000, 4, 60.0, 2, NOW - 1_000),
+    stale=False,
+    age_s=1.0,
+    read_ms=NOW,
+)
+
+
+def _progress(**kw: Any) -> GroupProgress:
+    """orders[0] owned by c1 (lag 3), orders[1] owned by c2 (committed below the log start:
+    counted from it), orders[2] owned by nobody and never committed (the group starts at the
+    beginning there), orders[3] leaderless; the retry topic has a transaction marker in
+    front of the next record."""
+    args: dict[str, Any] = {
+        "info": INFO,
+        "committed": {("orders", 0): 17, ("orders", 1): 2, (RETRY, 0): 2},
+        "partitions": {"orders": [0, 1, 2, 3], RETRY: [0]},
+        "ends": {
+            ("orders", 0): (0, 20),
+            ("orders", 1): (8, 10),
+            ("orders", 2): (1, 1000),
+            (RETRY, 0): (0, 7),
+        },
+        "heads": {(RETRY, 0): 4},
+        "dlq": DlqSize("%DLQ%G", DLQ, True, 5, 2, ((1, LEADERLESS),)),
+        "health": {
+            ("orders", 0): OK,
+            ("orders", 1): UNDER,
+            ("orders", 2): OK,
+            ("orders", 3): LEADERLESS,
+            (RETRY, 0): OK,
+        },
+        "circuits": {"c1-aaa": OPEN},
+        "first": start_rule(RETRY, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET),
+    }
+    args.update(kw)
+    return build_progress(**args)
+
+
+def test_the_report_in_text_column_by_column() -> None:
+    assert _progress().render() == [
+        "group G  state STABLE  members 2",
+        "  member c1@10.0.0.1  orders[0] %RETRY%G[0]  (c1-aaa)",
+        "    circuit open since 2026-11-23T15:42:20.000Z (30 s), 4 message(s) held",
+        "  member c2@10.0.0.2  orders[1]  (c2-bbb)",
+        "topic[partition]  committed   end  lag  owner",
+        "orders[0]                17    20    3  c1@10.0.0.1",
+        "orders[1]                 2    10    2  c2@10.0.0.2  under-replicated",
+        "orders[2]                 -  1000  999  -",
+        "orders[3]                 -     -    -  -            leaderless",
+        "%RETRY%G[0]               2     7    3  c1@10.0.0.1",
+        "total lag 1007 (+ unknown on 1 leaderless partition(s))",
+        "%DLQ%G: 5+? message(s) in 2 partition(s)",
+        "unhealthy partitions (3):",
+        "  orders[1]  under-replicated: 2 of 3 replicas in sync, leader 2",
+        "  orders[3]  leaderless: 0 of 3 replicas in sync, no leader; end offset unknown",
+        "  %DLQ%G[1]  leaderless: 0 of 3 replicas in sync, no leader; end offset unknown",
+    ]
+
+
+def test_a_healthy_group_without_a_dlq_reads_as_it_always_did() -> None:
+    progress = build_progress(
+        GroupInfo("G", "EMPTY", ()),
+        {("orders", 0): 1},
+        {"orders": [0]},
+        {("orders", 0): (0, 4)},
+        {},
+        DlqSize("%DLQ%G", DLQ, False, 0, 0),
+    )
+    assert progress.render() == [
+        "group G  state EMPTY  members 0",
+        "topic[partition]  committed  end  lag  owner",
+        "orders[0]                 1    4    3  -",
+        "total lag 3",
+        "%DLQ%G: no such topic (nothing dead-lettered yet)",
+    ]
+
+
+def test_the_report_in_json_field_by_field() -> None:
+    data = _progress().to_json()
+    assert data["members"] == [
+        {
+            "member_id": "c1-aaa",
+            "client_id": "c1",
+            "host": "10.0.0.1",
+            "group_instance_id": None,
+            "assignment": [
+                {"topic": "orders", "partition": 0},
+                {"topic": "%RETRY%G", "partition": 0},
+            ],
+            "circuit": OPEN.to_json(),
+        },
+        {
+            "member_id": "c2-bbb",
+            "client_id": "c2",
+            "host": "10.0.0.2",
+            "group_instance_id": "static-2",
+            "assignment": [{"topic": "orders", "partition": 1}],
+            "circuit": None,
+        },
+    ]
+    assert data["partitions"][1] == {
+        "topic": "orders",
+        "kafka_topic": "orders",
+        "partition": 1,
+        "committed": 2,
+        "start": 8,
+        "end": 10,
+        "lag": 2,
+        "owner": "c2-bbb",
+        "owner_client_id": "c2",
+        "leader": 2,
+        "replicas": 3,
+        "isr": 2,
+        "status": "under-replicated",
+    }
+    assert data["partitions"][2] == {
+        "topic": "orders",
+        "kafka_topic": "orders",
+        "partition": 2,
+        "committed": None,
+        "start": 1,
+        "end": 1000,
+        "lag": 999,
+        "owner": None,
+        "owner_client_id": None,
+        "leader": 1,
+        "replicas": 3,
+        "isr": 3,
+        "status": "ok",
+    }
+    assert data["partitions"][4]["kafka_topic"] == RETRY
+    assert data["partitions"][4]["topic"] == "%RETRY%G"
+    assert (data["group"], data["state"], data["lag"]) == ("G", "STABLE", 1007)
+    assert data["dlq"]["unhealthy"] == [
+        {"partition": 1, "leader": None, "replicas": 3, "isr": 0, "status": "leaderless"}
+    ]
+
+
+def test_lag_of_sums_the_known_lags_on_the_topics_asked() -> None:
+    progress = _progress()
+    assert progress.lag_of(["orders"]) == 3 + 2 + 999  # orders[3]: unknown, not counted
+    assert progress.lag_of(iter([RETRY])) == 3
+    assert progress.lag_of(["orders", RETRY]) == progress.lag == 1007
+    assert progress.lag_of([]) == 0
+
+
+def test_rows_without_a_start_rule_or_a_probe_leave_what_they_cannot_know() -> None:
+    rows = _progress(first=None, heads={}).partitions
+    # no start rule: a partition never committed has an unknown lag
+    assert [r.lag for r in rows] == [3, 2, None, None, 5]
+
+
+def test_a_topic_that_does_not_exist_shows_its_committed_partitions_only() -> None:
+    rows = _progress(
+        partitions={"gone": None, "orders": [0]}, committed={("gone", 4): 3}
+    ).partitions
+    assert [(r.kafka_topic, r.partition, r.committed) for r in rows] == [
+        ("gone", 4, 3),
+        ("orders", 0, None),
+    ]
+    assert rows[0].health is None and rows[0].to_json()["status"] is None
+
+
+def test_rows_are_ordered_by_the_logical_names_given() -> None:
+    names = {"t-retry": "%RETRY%G", "t-user": "orders"}
+    progress = build_progress(
+        GroupInfo("G", "STABLE", ()),
+        {},
+        {"t-retry": [0], "t-user": [1, 0]},
+        {},
+        {},
+        DlqSize("%DLQ%G", DLQ, False, 0, 0),
+        names.__getitem__,
+    )
+    assert [(r.topic, r.partition) for r in progress.partitions] == [
+        ("orders", 0),
+        ("orders", 1),
+        ("%RETRY%G", 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kafka_topic", "where", "start"),
+    [
+        (RETRY, None, StartAt.BEGINNING),  # the retry topic: always from its beginning
+        (RETRY, ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, StartAt.BEGINNING),
+        ("orders", None, None),  # not known
+        ("orders", ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, StartAt.END),
+        ("orders", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, StartAt.BEGINNING),
+        ("orders", ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, StartAt.TIMESTAMP),
+    ],
+)
+def test_start_rule(
+    kafka_topic: str, where: ConsumeFromWhere | None, start: StartAt | None
+) -> None:
+    assert start_rule(RETRY, where)(kafka_topic) is start
+
+
+def test_subscribed_topics_users_first_then_retry_and_never_the_dlq() -> None:
+    info = GroupInfo("G", "STABLE", (Member("m", "c", "h", None, (("zeta", 0),)),))
+    committed = [("alpha", 0), (DLQ, 0), ("alpha", 1)]
+    assert subscribed_topics(info, committed, RETRY, DLQ) == ["alpha", "zeta", RETRY]
+
+
+def test_a_partition_row_without_an_owner_or_metadata() -> None:
+    row = PartitionProgress("orders", "orders", 0, 4, 0, 9)
+    assert row.to_json() == {
+        "topic": "orders",
+        "kafka_topic": "orders",
+        "partition": 0,
+        "committed": 4,
+        "start": 0,
+        "end": 9,
+        "lag": 5,
+        "owner": None,
+        "owner_client_id": None,
+        "leader": None,
+        "replicas": None,
+        "isr": None,
+        "status": None,
+    }
