@@ -157,7 +157,7 @@ case "$cmd" in
     # mutation testing ([tool.mutmut] in pyproject.toml): the pure core and the consume path
     # against the unit tests, in a copy under mutants/ (the mutated package first on the
     # path).  Arguments select mutants, e.g. ./run.sh mutate 'adapter.core.engine.pull*'.
-    echo "==> mutmut over adapter/core and the group member (long: all of it takes hours)"
+    echo "==> mutmut over adapter/core and the group member (all of it: about 20-30 min on two cores)"
     # made first: a path missing when the interpreter starts is never looked in again
     mkdir -p "$ROOT/mutants"
     HYPOTHESIS_PROFILE=mutation PYTHONPATH="$ROOT/mutants" "$VENV/bin/mutmut" run "$@" || true
