@@ -9,23 +9,9 @@ from typing import Any
 import pytest
 
 from adapter.core.control import ResetRequest, ResetTarget, encode
+from tests.unit.core.test_control import request
 
 pytestmark = pytest.mark.unit
-
-
-def request(**over: Any) -> ResetRequest:
-    fields: dict[str, Any] = {
-        "request_id": "r1",
-        "group": "G",
-        "topic": "orders",
-        "kafka_topic": "orders",
-        "target": ResetTarget.at(1_795_400_000_000),
-        "offsets": {0: 17, 1: 5},
-        "issued_ms": 1_795_448_000_000,
-        "expires_ms": 1_795_448_030_000,
-    }
-    fields.update(over)
-    return ResetRequest(**fields)
 
 
 class _Clock:

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.core.message import MessageExt
 from adapter.errors import InvalidInputError
 from adapter.ops.redrive import DlqFilter, Selection
-from adapter.services.dlq import HEADER_REDRIVE_COUNT, DeadLetterEntry
+from adapter.services.dlq import DeadLetterEntry
+from tests.unit.services.test_redrive import dead_letter
 
 pytestmark = pytest.mark.unit
-
-
-def _entry(offset: int, count: int | None = None, partition: int = 0) -> DeadLetterEntry:
-    props = {} if count is None else {HEADER_REDRIVE_COUNT: str(count)}
-    msg = MessageExt(
-        topic="%DLQ%g",
-        body=b"x",
-        msg_id=f"m{partition}-{offset}",
-        queue_id=partition,
-        queue_offset=offset,
-        kafka_topic="rmq.dlq.g",
-        properties=props,
-    )
-    return DeadLetterEntry.of(msg)
 
 
 def test_selection_needs_exactly_one_kind() -> None:
@@ -33,13 +19,13 @@ def test_selection_needs_exactly_one_kind() -> None:
         Selection(ids=("a",), all=True)
     with pytest.raises(InvalidInputError, match="ids"):
         Selection(ids=())
-    assert Selection(ids=("m0-1",)).chooses(_entry(1))
-    assert not Selection(ids=("m0-1",)).chooses(_entry(2))
+    assert Selection(ids=("m0-1",)).chooses(dead_letter(1))
+    assert not Selection(ids=("m0-1",)).chooses(dead_letter(2))
     assert Selection(all=True).describe() == {"all": True}
 
 
 def test_filter_matches_fields() -> None:
-    e = DeadLetterEntry(_entry(0).message, "orders", "MAX_RECONSUME_TIMES", "ValueError", "no")
+    e = DeadLetterEntry(dead_letter(0).message, "orders", "MAX_RECONSUME_TIMES", "ValueError", "no")
     assert DlqFilter(origin_topic="orders", reason="MAX_RECONSUME_TIMES").matches(e)
     assert not DlqFilter(failure_type="TimeoutError").matches(e)
     assert DlqFilter(msg_id="m0-0").matches(e)

@@ -63,7 +63,8 @@ def test_unanswered_sends_move_nothing() -> None:
 
 
 # --- the redrive plan ------------------------------------------------------------------------
-def _entry(offset: int, count: int | None = None, partition: int = 0) -> DeadLetterEntry:
+def dead_letter(offset: int, count: int | None = None, partition: int = 0) -> DeadLetterEntry:
+    """A DLQ entry of group ``g`` at ``offset``, redriven ``count`` times so far."""
     props = {} if count is None else {HEADER_REDRIVE_COUNT: str(count)}
     msg = MessageExt(
         topic="%DLQ%g",
@@ -78,7 +79,13 @@ def _entry(offset: int, count: int | None = None, partition: int = 0) -> DeadLet
 
 
 def test_plan_skips_what_was_redriven_and_what_the_loop_guard_refuses() -> None:
-    entries = [_entry(0), _entry(1, 3), _entry(2, 2), _entry(3, 7), _entry(0, partition=1)]
+    entries = [
+        dead_letter(0),
+        dead_letter(1, 3),
+        dead_letter(2, 2),
+        dead_letter(3, 7),
+        dead_letter(0, partition=1),
+    ]
     plan = plan_redrive(entries, {0: 1}, max_redrives=3)
     assert [e.message.msg_id for e in plan.already] == ["m0-0"]
     assert [e.message.msg_id for e in plan.guarded] == ["m0-1", "m0-3"]
@@ -90,8 +97,8 @@ def test_plan_skips_what_was_redriven_and_what_the_loop_guard_refuses() -> None:
 
 
 def test_redrive_count_reads_the_header() -> None:
-    assert _entry(0).redrive_count == 0
-    assert _entry(0, 4).redrive_count == 4
+    assert dead_letter(0).redrive_count == 0
+    assert dead_letter(0, 4).redrive_count == 4
 
 
 @pytest.mark.parametrize(
