@@ -128,6 +128,11 @@ BAD: list[tuple[Any, str]] = [
     ),
     (record(state=1), "circuit.state=1: expected one of ['closed', 'open', 'half_open']"),
     (record(state=None), "circuit.state=None: expected one of ['closed', 'open', 'half_open']"),
+    (
+        record(state=["open"]),
+        "circuit.state=['open']: expected one of ['closed', 'open', 'half_open']",
+    ),
+    (record(state={}), "circuit.state={}: expected one of ['closed', 'open', 'half_open']"),
     (record(group=""), "circuit.group='': must be a non-empty string"),
     (record(group=5), "circuit.group=5: must be a non-empty string"),
     (record(member_id=""), "circuit.member_id='': must be a non-empty string"),
@@ -217,6 +222,12 @@ def test_a_since_after_the_read_shows_zero_seconds() -> None:
     assert text == "circuit closed since 2026-11-23T15:33:20.000Z (0 s)"
 
 
+def test_a_long_open_circuit_counts_whole_seconds() -> None:
+    s = CircuitStatus("G", "m", CircuitState.OPEN, SINCE, 2, 1.5, 1, SINCE)
+    text = MemberCircuit(s, stale=False, age_s=0.0, read_ms=SINCE + 1_000_000).text()
+    assert text == "circuit open since 2026-11-23T15:33:20.000Z (1000 s), 2 message(s) held"
+
+
 def test_a_member_circuit_as_json() -> None:
     s = CircuitStatus("G", "m", CircuitState.OPEN, SINCE + 24, 3, 2.5, 4, SINCE + 99)
     assert MemberCircuit(s, stale=True, age_s=1.0, read_ms=SINCE + 100).to_json() == {
@@ -240,6 +251,14 @@ def test_progress_keeps_the_latest_status_per_live_member_of_the_group() -> None
     assert out == {
         "m-1": MemberCircuit(b, stale=False, age_s=1.0, read_ms=SINCE + 2_000),
     }
+
+
+def test_records_of_other_groups_and_members_are_skipped_wherever_they_come() -> None:
+    live = status("m-1", CircuitState.OPEN, SINCE + 1_000)
+    gone = status("m-0", CircuitState.OPEN, SINCE + 1_500)  # a member that left
+    other_group = status("m-1", CircuitState.CLOSED, SINCE + 5_000, group="G2")
+    out = latest_statuses([other_group, gone, live], ["m-1"], "G", SINCE + 2_000)
+    assert out == {"m-1": MemberCircuit(live, stale=False, age_s=1.0, read_ms=SINCE + 2_000)}
 
 
 @pytest.mark.parametrize(

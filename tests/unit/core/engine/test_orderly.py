@@ -348,6 +348,23 @@ class TestDeadLetter:
         eng.published(again)
         assert eng.committable(TP) == 1
 
+    def test_a_superseded_copy_due_in_a_tick_does_not_hold_back_the_next_one(self) -> None:
+        """Copies of a partition no longer ours are dropped; the copies due with them that
+        are still current are sent in the same tick."""
+        eng = engine(max_reconsume_times=0, batch_size=1, suspend_ms=500)
+        gone, kept = ("gone", 0), ("kept", 0)
+        copies = {}
+        for tp in (gone, kept):
+            eng.assigned(tp)
+            work = eng.fetched(tp, msgs(0, 1), end=1)
+            assert work is not None
+            [copy] = of(SendBack, eng.completed(work, 0, suspend(), 0.0))
+            eng.publish_failed(copy, Refusal.TRANSIENT, now=1.0)  # both due at 1.5
+            copies[tp] = copy
+        eng.revoked(gone)
+        [again] = of(SendBack, eng.tick(1.5))
+        assert again.tp == kept and again.dest == copies[kept].dest
+
     def test_next_due_is_the_earliest_suspend_end_or_resend(self) -> None:
         """The loop sleeps until ``next_due`` (not in 5 ms steps) while a batch is suspended
         or a refused copy waits: it must name the moment ``tick`` has work."""
@@ -506,6 +523,28 @@ class TestKeyOrdering:
         retry = run_of(eng.tick(1.0))
         eng.completed(retry, 1, None, 1.0)
         assert of(Resume, eng.tick(1.0)) == [Resume(TP)]
+
+
+class TestWake:
+    def test_every_free_partition_woken_in_a_tick_runs_whichever_others_are_busy(self) -> None:
+        """Suspend times of many partitions end in one tick: those still running another
+        key's batch are skipped, every free one runs its retry at once."""
+        eng = engine(ordering=Ordering.KEY, batch_size=1, suspend_ms=1000)
+        busy = [("busy", p) for p in range(10)]
+        free = [("free", p) for p in range(10)]
+        for tp in busy:  # a@0 suspended until 1.0 while b@1 runs
+            eng.assigned(tp)
+            work = eng.fetched(tp, keyed((0, "a"), (1, "b")), end=2)
+            assert work is not None
+            assert offsets(run_of(eng.completed(work, 0, suspend(), 0.0))) == [1]
+        for tp in free:  # a@0 suspended until 1.0, nothing else
+            eng.assigned(tp)
+            work = eng.fetched(tp, keyed((0, "a")), end=1)
+            assert work is not None
+            assert of(RunWork, eng.completed(work, 0, suspend(), 0.0)) == []
+        runs = [a.work for a in of(RunWork, eng.tick(1.0))]
+        assert sorted(w.tp for w in runs) == free
+        assert all(offsets(w) == [0] for w in runs)
 
 
 class TestFlowControl:
