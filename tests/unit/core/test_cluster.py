@@ -38,9 +38,7 @@ def test_group_member_by_id() -> None:
 
 def test_assignment_text_lists_users_topics_then_retry_then_dlq() -> None:
     assignment = [(DLQ, 0), ("zeta", 2), (RETRY, 1), ("zeta", 0), ("alpha", 3), (RETRY, 0)]
-    assert assignment_text(assignment) == (
-        "alpha[3] zeta[0,2] %RETRY%billing[0,1] %DLQ%billing[0]"
-    )
+    assert assignment_text(assignment) == "alpha[3] zeta[0,2] %RETRY%billing[0,1] %DLQ%billing[0]"
     assert assignment_text([]) == "-"
 
 
@@ -73,7 +71,11 @@ def test_topic_order_users_then_retry_then_dlq(topics: list[str], ordered: list[
 
 @pytest.mark.parametrize(
     ("leader", "expected"),
-    [(0, PartitionHealth(0, 3, 3)), (1, PartitionHealth(1, 3, 3)), (-1, PartitionHealth(None, 3, 3))],
+    [
+        (0, PartitionHealth(0, 3, 3)),
+        (1, PartitionHealth(1, 3, 3)),
+        (-1, PartitionHealth(None, 3, 3)),
+    ],
 )
 def test_partition_health_of_node_zero_is_a_leader(leader: int, expected: PartitionHealth) -> None:
     health = PartitionHealth.of(leader, [0, 1, 2], [0, 1, 2])

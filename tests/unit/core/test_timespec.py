@@ -91,7 +91,10 @@ def test_format_time_and_spans() -> None:
             "time='2026-11-23T10:00': no UTC offset: add 'Z' (UTC) or the zone's offset "
             "such as '+02:00'",
         ),
-        ("1969-12-31T23:59:59.999Z", "time='1969-12-31T23:59:59.999Z': out of range (1970 to 9999)"),
+        (
+            "1969-12-31T23:59:59.999Z",
+            "time='1969-12-31T23:59:59.999Z': out of range (1970 to 9999)",
+        ),
         ("253402300800000", "time='253402300800000': out of range (1970 to 9999)"),
     ],
 )
