@@ -13,7 +13,8 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     """Nearest-rank percentile of an ascending list (``q`` in [0, 100])."""
     if not sorted_values:
         return None
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    # q * n first: q / 100 * n rounds 99.9 / 100 * 1000 up to 999.0000000000001 (rank 1000)
+    rank = max(1, math.ceil(q * len(sorted_values) / 100))
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 

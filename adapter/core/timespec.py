@@ -44,7 +44,7 @@ def parse_time(text: str, field: str = "time") -> int:
             "not an ISO-8601 time; expected e.g. 2026-11-23T10:00:00Z or "
             "2026-11-23T12:00:00+02:00 (or epoch milliseconds)",
         ) from None
-    if moment.tzinfo is None or moment.utcoffset() is None:
+    if moment.utcoffset() is None:  # a naive time: utcoffset() is None without a tzinfo
         raise InvalidTimeError(
             field, text, "no UTC offset: add 'Z' (UTC) or the zone's offset such as '+02:00'"
         )

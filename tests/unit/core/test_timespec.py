@@ -74,3 +74,90 @@ def test_format_time_and_spans() -> None:
         "2h03m",
         "3d04h",
     ]
+
+
+# --- the errors' text and the range's edges ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "time='': expected an ISO-8601 time such as 2026-11-23T10:00Z"),
+        (
+            "soon",
+            "time='soon': not an ISO-8601 time; expected e.g. 2026-11-23T10:00:00Z or "
+            "2026-11-23T12:00:00+02:00 (or epoch milliseconds)",
+        ),
+        (
+            "2026-11-23T10:00",
+            "time='2026-11-23T10:00': no UTC offset: add 'Z' (UTC) or the zone's offset "
+            "such as '+02:00'",
+        ),
+        (
+            "1969-12-31T23:59:59.999Z",
+            "time='1969-12-31T23:59:59.999Z': out of range (1970 to 9999)",
+        ),
+        ("253402300800000", "time='253402300800000': out of range (1970 to 9999)"),
+    ],
+)
+def test_parse_time_error_text_with_the_default_field(text: str, message: str) -> None:
+    with pytest.raises(InvalidTimeError) as info:
+        parse_time(text)
+    assert info.value.field == "time"
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("0", 0),
+        ("1970-01-01T00:00:00Z", 0),
+        ("1970-01-01T02:00:00+02:00", 0),
+        ("9999-12-31T23:59:59.999Z", 253_402_300_799_999),
+        ("253402300799999", 253_402_300_799_999),
+    ],
+)
+def test_parse_time_accepts_both_ends_of_the_range(text: str, ms: int) -> None:
+    assert parse_time(text) == ms
+
+
+def test_parse_time_drops_microseconds_to_whole_milliseconds() -> None:
+    ms = parse_time("2026-11-23T10:00:00.000999Z")
+    assert ms == 1_795_428_000_000 and isinstance(ms, int)
+    assert parse_time("2026-11-23T10:00:00.250750+00:00") == 1_795_428_000_250
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "soon",
+            "--since='soon': expected a duration such as 24h, 90m, 7d or an ISO-8601 time",
+        ),
+        (
+            "2026-13-01T00:00Z",
+            "--since='2026-13-01T00:00Z': not an ISO-8601 time; expected e.g. "
+            "2026-11-23T10:00:00Z or 2026-11-23T12:00:00+02:00 (or epoch milliseconds); "
+            "or a duration such as 24h, 90m, 7d",
+        ),
+        (
+            "2026-11-23T10:00:00",
+            "--since='2026-11-23T10:00:00': no UTC offset: add 'Z' (UTC) or the zone's offset "
+            "such as '+02:00'; or a duration such as 24h, 90m, 7d",
+        ),
+    ],
+)
+def test_parse_since_error_text(text: str, message: str) -> None:
+    with pytest.raises(InvalidTimeError) as info:
+        parse_since(text, NOW)
+    assert str(info.value) == message
+
+
+def test_parse_since_names_the_field_it_is_given() -> None:
+    with pytest.raises(InvalidTimeError) as info:
+        parse_since("later", NOW, "--from")
+    assert (info.value.field, str(info.value)) == (
+        "--from",
+        "--from='later': expected a duration such as 24h, 90m, 7d or an ISO-8601 time",
+    )
+    with pytest.raises(InvalidTimeError) as info:
+        parse_since("2026-11-23", NOW, "--from")
+    assert info.value.field == "--from" and str(info.value).startswith("--from='2026-11-23': ")
