@@ -343,3 +343,47 @@ def test_the_metrics_show_the_state_the_time_open_and_what_is_held() -> None:
     assert 'rmq_consumer_circuit_open_seconds_total{group="g"} 2.0' in text
     assert 'rmq_consumer_circuit_opened_total{group="g"} 1.0' in text
     assert 'rmq_consumer_circuit_held_messages{group="g"} 3.0' in text
+
+
+# -- a rebalance while open ----------------------------------------------------------------
+TP3 = ("orders", 2)
+
+
+def open_concurrent() -> CircuitConcurrentEngine:
+    eng = concurrent()
+    fail_all(eng, 0, 6, now=0.0)
+    assert eng.circuit(0.0).state is OPEN
+    return eng
+
+
+def open_orderly() -> CircuitOrderlyEngine:
+    eng = orderly()
+    work = eng.fetched(TP, msgs(0, 2), end=2)
+    assert work is not None
+    eng.completed(work, 0, BatchVerdict(SUSPEND), 0.0)
+    assert eng.circuit(0.0).state is OPEN
+    return eng
+
+
+@pytest.mark.parametrize("make", [open_concurrent, open_orderly], ids=["concurrent", "orderly"])
+def test_partitions_assigned_after_all_were_revoked_are_paused_while_open(make: Any) -> None:
+    """An eager rebalance revokes every partition, then assigns the new ones: the breaker
+    is still open, so they do not fetch either (and they resume when it closes)."""
+    eng = make()
+    eng.revoked(TP)
+    eng.revoked(TP2)
+    eng.assigned(TP3)
+    assert of(Pause, eng.tick(1.0)) == [Pause(TP3, "circuit open")]
+    actions = eng.tick(5.0)  # nothing held any more: half-open, the next fetch is the probe
+    assert eng.circuit(5.0).state is HALF
+    assert of(Resume, actions) == [Resume(TP3)]
+
+
+@pytest.mark.parametrize("make", [open_concurrent, open_orderly], ids=["concurrent", "orderly"])
+def test_a_partition_reset_while_open_stays_paused(make: Any) -> None:
+    """Resetting a partition's offset revokes and assigns it again: still paused."""
+    eng = make()
+    eng.revoked(TP2)  # the consumer owns TP alone
+    eng.revoked(TP)
+    eng.assigned(TP)
+    assert of(Pause, eng.tick(1.0)) == [Pause(TP, "circuit open")]
