@@ -328,25 +328,24 @@ class CircuitConcurrentEngine(ConcurrentEngine):
 
     def _hold(self, actions: list[Action], from_offset: int | None) -> list[Action]:
         """Keep the copies in ``actions`` (from ``from_offset`` on) instead of sending them:
-        held in batches of ``batch_size`` per fetched run."""
+        held in batches of ``batch_size``.  They are one run's (``completed`` and
+        ``settle_run`` apply the results of one run), so they are held together."""
         kept: list[Action] = []
-        groups: dict[int, list[SendBack]] = {}
+        group: list[SendBack] = []
         size = self.options.batch_size
         gate = self.gate
         for action in actions:
             if type(action) is SendBack and (
                 from_offset is None or action.msg.queue_offset >= from_offset
             ):
-                group = groups.setdefault(id(action.work), [])
                 group.append(action)
                 if len(group) == size:
                     gate.hold(action.tp, tuple(group), size)
-                    group.clear()
+                    group = []
             else:
                 kept.append(action)
-        for group in groups.values():
-            if group:
-                gate.hold(group[0].tp, tuple(group), len(group))
+        if group:
+            gate.hold(group[0].tp, tuple(group), len(group))
         return kept
 
     def _hand_out(self, item: Any) -> RunWork | None:
