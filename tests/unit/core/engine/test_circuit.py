@@ -396,6 +396,21 @@ def test_partitions_assigned_after_all_were_revoked_are_paused_while_open(make: 
     actions = eng.tick(5.0)  # nothing held any more: half-open, the next fetch is the probe
     assert eng.circuit(5.0).state is HALF
     assert of(Resume, actions) == [Resume(TP3)]
+    eng.assigned(TP)  # fetching goes on: a partition assigned now is not paused
+    assert of(Pause, eng.tick(5.1)) == []
+
+
+def test_a_partition_assigned_after_it_closed_is_not_paused() -> None:
+    eng = concurrent()
+    fail_all(eng, 0, 6, now=0.0)
+    eng.assigned(TP3)
+    eng.tick(1.0)
+    [probe] = of(RunWork, eng.tick(5.0))
+    actions = eng.settle_run(probe.work, [], 5.1)
+    assert eng.circuit(5.1).state is CLOSED
+    assert of(Resume, actions) == [Resume(TP), Resume(TP2), Resume(TP3)]
+    eng.assigned(("orders", 3))
+    assert of(Pause, eng.tick(5.2)) == []
 
 
 @pytest.mark.parametrize("make", [open_concurrent, open_orderly], ids=["concurrent", "orderly"])
