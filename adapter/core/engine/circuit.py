@@ -94,10 +94,12 @@ class CircuitGate:
         self.held_messages = 0
         #: partitions the breaker paused (flow control's resumes for them wait)
         self.paused: set[TP] = set()
-        #: partitions assigned while paused, to pause at the next tick
+        #: partitions assigned while fetching is stopped, to pause at the next tick
         self.to_pause: set[TP] = set()
-        #: held batches handed out as probes in this half-open spell
-        self.probing = False
+        #: fetching is stopped: from the open on until the partitions resume (half-open
+        #: with nothing held to probe with, or closed); half-open, held batches are the
+        #: probes.  Not ``bool(paused)``: a rebalance may have revoked every paused partition
+        self.stopped = False
         self.opened = 0
 
     @property
@@ -108,7 +110,7 @@ class CircuitGate:
     def holding(self) -> bool:
         """Whether what fails now is held (open, or half-open while its probes run)."""
         state = self.breaker.state
-        return state is CircuitState.OPEN or (state is CircuitState.HALF_OPEN and self.probing)
+        return state is CircuitState.OPEN or (state is CircuitState.HALF_OPEN and self.stopped)
 
     # -- results ---------------------------------------------------------------------------
     def record(self, now: float, ok: int, errors: Sequence[BaseException | None]) -> int:
@@ -154,7 +156,7 @@ class CircuitGate:
 
     # -- partitions ------------------------------------------------------------------------
     def assigned(self, tp: TP) -> None:
-        if self.paused:  # fetching is stopped: a new partition waits too
+        if self.stopped:  # a new partition waits too
             self.to_pause.add(tp)
 
     def revoked(self, tp: TP) -> None:
@@ -191,7 +193,7 @@ class CircuitGate:
         actions: list[Action] = []
         if self.to_pause:
             for tp in sorted(self.to_pause):
-                if tp in partitions and self.paused:
+                if tp in partitions:
                     self.paused.add(tp)
                     actions.append(Pause(tp, PAUSE_REASON))
             self.to_pause.clear()
@@ -201,7 +203,7 @@ class CircuitGate:
             if self.on_change is not None:
                 self.on_change(old, new, reason, at)
             if new is CircuitState.OPEN:
-                self.probing = False
+                self.stopped = True
                 if old is CircuitState.CLOSED:
                     self.opened += 1
                 for tp in partitions:
@@ -210,14 +212,11 @@ class CircuitGate:
                         actions.append(Pause(tp, PAUSE_REASON))
             elif new is CircuitState.HALF_OPEN:
                 probes = self._release(self.breaker.settings.half_open_probes, release)
-                if probes:
-                    self.probing = True
+                if probes:  # fetching stays stopped
                     actions.extend(probes)
                 else:  # nothing held to probe with: what is fetched next is the probe
-                    self.probing = False
                     actions.extend(self._resume(flow_paused()))
             else:
-                self.probing = False
                 actions.extend(self._release(len(self.held), release))
                 actions.extend(self._resume(flow_paused()))
         return actions
@@ -237,6 +236,7 @@ class CircuitGate:
         still = set(flow_paused)
         actions: list[Action] = [Resume(tp) for tp in sorted(self.paused) if tp not in still]
         self.paused.clear()
+        self.stopped = False
         return actions
 
     # -- introspection ---------------------------------------------------------------------
@@ -328,25 +328,24 @@ class CircuitConcurrentEngine(ConcurrentEngine):
 
     def _hold(self, actions: list[Action], from_offset: int | None) -> list[Action]:
         """Keep the copies in ``actions`` (from ``from_offset`` on) instead of sending them:
-        held in batches of ``batch_size`` per fetched run."""
+        held in batches of ``batch_size``.  They are one run's (``completed`` and
+        ``settle_run`` apply the results of one run), so they are held together."""
         kept: list[Action] = []
-        groups: dict[int, list[SendBack]] = {}
+        group: list[SendBack] = []
         size = self.options.batch_size
         gate = self.gate
         for action in actions:
             if type(action) is SendBack and (
                 from_offset is None or action.msg.queue_offset >= from_offset
             ):
-                group = groups.setdefault(id(action.work), [])
                 group.append(action)
                 if len(group) == size:
                     gate.hold(action.tp, tuple(group), size)
-                    group.clear()
+                    group = []
             else:
                 kept.append(action)
-        for group in groups.values():
-            if group:
-                gate.hold(group[0].tp, tuple(group), len(group))
+        if group:
+            gate.hold(group[0].tp, tuple(group), len(group))
         return kept
 
     def _hand_out(self, item: Any) -> RunWork | None:
