@@ -41,6 +41,7 @@ class TestBase:
             ExponentialBackoff().base(attempt)
         assert info.value.field == "attempt"
         assert info.value.value == attempt
+        assert str(info.value) == f"attempt={attempt}: attempts are counted from 1"
 
     def test_multiplier_one_is_constant(self) -> None:
         b = ExponentialBackoff(initial_s=2.0, multiplier=1.0, max_s=10.0)
@@ -105,25 +106,29 @@ class TestDelay:
 
 class TestValidation:
     @pytest.mark.parametrize(
-        ("kwargs", "field"),
+        ("kwargs", "field", "message"),
         [
-            ({"initial_s": 0}, "initial_s"),
-            ({"initial_s": -1.0}, "initial_s"),
-            ({"multiplier": 0.99}, "multiplier"),
-            ({"multiplier": 0}, "multiplier"),
-            ({"jitter": -0.1}, "jitter"),
-            ({"jitter": 1.0}, "jitter"),
-            ({"jitter": 2.0}, "jitter"),
-            ({"max_s": 0.5}, "max_s"),
-            ({"initial_s": 10.0, "max_s": 5.0}, "max_s"),
+            ({"initial_s": float("inf")}, "initial_s", "initial_s=inf: must be a finite number"),
+            ({"multiplier": float("nan")}, "multiplier", "multiplier=nan: must be a finite number"),
+            ({"jitter": float("-inf")}, "jitter", "jitter=-inf: must be a finite number"),
+            ({"max_s": float("inf")}, "max_s", "max_s=inf: must be a finite number"),
+            ({"initial_s": 0}, "initial_s", "initial_s=0: must be > 0"),
+            ({"initial_s": -1.0}, "initial_s", "initial_s=-1.0: must be > 0"),
+            ({"multiplier": 0.99}, "multiplier", "multiplier=0.99: must be >= 1"),
+            ({"multiplier": 0}, "multiplier", "multiplier=0: must be >= 1"),
+            ({"jitter": -0.1}, "jitter", "jitter=-0.1: must be in [0, 1)"),
+            ({"jitter": 1.0}, "jitter", "jitter=1.0: must be in [0, 1)"),
+            ({"jitter": 2.0}, "jitter", "jitter=2.0: must be in [0, 1)"),
+            ({"max_s": 0.5}, "max_s", "max_s=0.5: must be >= initial_s"),
+            ({"initial_s": 10.0, "max_s": 5.0}, "max_s", "max_s=5.0: must be >= initial_s"),
         ],
     )
-    def test_invalid_parameters(self, kwargs: dict[str, float], field: str) -> None:
+    def test_invalid_parameters(self, kwargs: dict[str, float], field: str, message: str) -> None:
         with pytest.raises(ConfigError) as info:
             ExponentialBackoff(**kwargs)
         assert info.value.field == field
-        assert info.value.value == kwargs[field]
-        assert field in str(info.value)
+        assert info.value.value is kwargs[field]
+        assert str(info.value) == message
 
     def test_edge_values_accepted(self) -> None:
         b = ExponentialBackoff(initial_s=0.001, multiplier=1.0, jitter=0.0, max_s=0.001)
