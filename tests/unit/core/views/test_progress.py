@@ -187,6 +187,23 @@ def test_rows_without_a_start_rule_or_a_probe_leave_what_they_cannot_know() -> N
     assert [r.lag for r in rows] == [3, 2, None, None, 5]
 
 
+@pytest.mark.parametrize("where", [None, ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET])
+def test_a_retry_partition_never_committed_counts_from_its_beginning(
+    where: ConsumeFromWhere | None,
+) -> None:
+    """Whatever the start rule of the users' topics, every record of the group's own retry
+    topic is owed to it: without a committed offset its lag runs from the log start."""
+    rows = _progress(
+        committed={("orders", 0): 17},
+        ends={("orders", 0): (0, 20), ("orders", 2): (1, 1000), (RETRY, 0): (2, 7)},
+        heads={},
+        first=start_rule(RETRY, where),
+    ).partitions
+    by_tp = {(r.kafka_topic, r.partition): r.lag for r in rows}
+    assert by_tp[(RETRY, 0)] == 5
+    assert by_tp[("orders", 2)] == (None if where is None else 0)
+
+
 def test_a_topic_that_does_not_exist_shows_its_committed_partitions_only() -> None:
     rows = _progress(
         partitions={"gone": None, "orders": [0]}, committed={("gone", 4): 3}
