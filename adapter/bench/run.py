@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,11 @@ def run_bench(args: argparse.Namespace) -> int:
         from adapter.embedded import EmbeddedKafka
 
         brokers = getattr(args, "brokers", 1)
-        # one broker gets 1 GiB; three share the machine's cores and memory
-        broker = EmbeddedKafka("bench", heap="1g" if brokers == 1 else "512m", brokers=brokers)
+        # one broker gets 1 GiB; three share the machine's cores and memory.  An instance of
+        # its own per run: two benches on one machine never stop each other's broker
+        broker = EmbeddedKafka(
+            f"bench-{os.getpid()}", heap="1g" if brokers == 1 else "512m", brokers=brokers
+        )
         bootstrap = broker.start(fresh=True)
     try:
         bench = Bench(
@@ -87,6 +91,7 @@ def run_bench(args: argparse.Namespace) -> int:
     finally:
         if broker is not None:
             broker.stop()
+            shutil.rmtree(broker.instance_dir, ignore_errors=True)  # its data goes with it
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:

@@ -67,6 +67,7 @@ from adapter.core.clock import Clock
 from adapter.core.codec import logical_topic
 from adapter.core.engine import (
     Action,
+    Drain,
     Dropped,
     Hurry,
     Pause,
@@ -136,6 +137,9 @@ IDLE_FETCH_S = 0.1
 #: Longest the loop waits for the verdicts on copies that hold a partition at its flow
 #: limit before it pauses the partition (a healthy broker answers in a round trip).
 HURRY_WAIT_S = 0.05
+#: Longest the loop waits for the runs of orderly partitions at their flow limit to take
+#: what was fetched ahead before it pauses them (RocketMQ's flow-control pull delay).
+DRAIN_WAIT_S = 0.05
 # REVOKE_DRAIN_S (adapter.clients.member.contracts), broadcasting's PERSIST_INTERVAL_S and
 # REDISCOVER_INTERVAL_S (adapter.clients.member.broadcast_offsets) and LAG_INTERVAL_S
 # (adapter.clients.member.lag_tracker) are importable from here too; the member reads
@@ -254,6 +258,7 @@ class GroupConsumer:
         self._handle(RunWork, self._run_work)
         self._handle(Pause, self._pause)
         self._handle(Hurry, self._hurry)
+        self._handle(Drain, self._drain_runs)
         self._handle(Resume, self._resume)
         self._handle(Dropped, self._dropped)
         self._handle(TimedOut, self._timed_out)
@@ -551,6 +556,17 @@ class GroupConsumer:
         :data:`HURRY_WAIT_S`, then let the engine decide again (a pause if still needed)."""
         log.debug("%s: hurry the copies holding %s", self.name, action.tps)
         self.publisher.flush(HURRY_WAIT_S)
+        actions = self.engine.tick(self.clock.monotonic())
+        if actions:
+            self.apply(actions)
+
+    def _drain_runs(self, action: Drain) -> None:
+        """Orderly partitions at a flow limit with only their run's backlog: serve results
+        (the runs taking what waits) for at most :data:`DRAIN_WAIT_S` instead of fetching
+        more, then let the engine decide again (a pause if still needed)."""
+        runner = self.runner
+        assert runner is not None
+        runner.wait(DRAIN_WAIT_S)
         actions = self.engine.tick(self.clock.monotonic())
         if actions:
             self.apply(actions)

@@ -12,6 +12,7 @@ send this copy back, pause or resume a partition, store these offsets).
 
 from adapter.core.engine.actions import (
     Action,
+    Drain,
     Dropped,
     EngineOptions,
     Hurry,
@@ -30,6 +31,7 @@ __all__ = [
     "TP",
     "Action",
     "ConcurrentEngine",
+    "Drain",
     "Dropped",
     "EngineOptions",
     "Hurry",

@@ -132,6 +132,21 @@ class Hurry:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """These orderly partitions reached a flow limit only because the loop fetched ahead
+    of the run under way on each (none of their batches is suspended or waits for a
+    dead-letter copy): let the runs take what was fetched, for a bounded wait, before
+    fetching more, instead of pausing.  A pause throws away what librdkafka fetched ahead
+    for the partition, and its next fetch waits behind the one already in flight to the
+    same broker (up to ``fetch.wait.max.ms`` when the other partitions there are idle):
+    a fast listener on one partition then sat idle at every pause.  If a partition is
+    still over a limit after the wait, the engine pauses it at its next tick (RocketMQ
+    delays the next pull of such a queue by 50 ms)."""
+
+    tps: tuple[TP, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Resume:
     """Fetch ``tp`` again."""
 
@@ -165,7 +180,7 @@ class StoreOffsets:
     offsets: tuple[tuple[TP, int], ...]
 
 
-Action = SendBack | RunWork | Pause | Hurry | Resume | Dropped | TimedOut | StoreOffsets
+Action = SendBack | RunWork | Pause | Hurry | Drain | Resume | Dropped | TimedOut | StoreOffsets
 
 
 def pause_change(

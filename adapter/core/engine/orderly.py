@@ -68,8 +68,10 @@ from typing import Any
 from adapter.core.codec import Failure
 from adapter.core.engine.actions import (
     Action,
+    Drain,
     Dropped,
     EngineOptions,
+    Pause,
     RunWork,
     SendBack,
     StoreOffsets,
@@ -222,6 +224,8 @@ class OrderlyEngine:
         self._parts: dict[TP, _Part] = {}
         self._generations: dict[TP, int] = {}
         self._dirty: set[TP] = set()
+        #: partitions told to drain at the last tick: if still over a limit now, they pause
+        self._drained: set[TP] = set()
         self._wake: set[TP] = set()  # partitions that may be able to run something now
         self._timers: list[tuple[float, int, Held]] = []  # suspended batches by due time
         self._resends: list[tuple[float, int, SendBack]] = []  # refused copies to send again
@@ -654,11 +658,14 @@ class OrderlyEngine:
                 if work is not None:
                     actions = actions if actions is not _NO_ACTIONS else []
                     actions.append(RunWork(work))
+        drained = self._drained
+        if drained:
+            self._drained = set()
         if self._dirty:
             store = now >= self._next_store
             if store:
                 self._next_store = now + self.options.store_interval_s
-            found_actions = self._flow_and_offsets(store=store)
+            found_actions = self._flow_and_offsets(store=store, drained=drained)
             if found_actions:
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.extend(found_actions)
@@ -680,9 +687,14 @@ class OrderlyEngine:
             first = top[0]
         return part.position if first is None else first
 
-    def _flow_and_offsets(self, *, store: bool) -> list[Action]:
+    def _flow_and_offsets(self, *, store: bool, drained: set[TP]) -> list[Action]:
+        """Offsets to store and flow control's pauses and resumes.  A partition over a limit
+        only because messages wait behind its run (nothing suspended, no dead-letter copy
+        in flight) drains first (:class:`~adapter.core.engine.actions.Drain`); it pauses if
+        it is still over a limit at the next tick (``drained``)."""
         actions: list[Action] = _NO_ACTIONS
         offsets: list[tuple[TP, int]] = []
+        drain: list[TP] = []
         flow = self.options.flow
         for tp in self._dirty:
             part = self._parts.get(tp)
@@ -707,6 +719,16 @@ class OrderlyEngine:
             below_half = part.paused and flow.below_half(part.count, part.nbytes, span)
             change = pause_change(tp, part, reason, below_half=below_half)
             if change is not None:
+                if (
+                    part.running is not None
+                    and not part.held
+                    and not part.copies
+                    and tp not in drained
+                    and type(change) is Pause
+                ):
+                    part.paused = False  # not yet: looked at again at the next tick
+                    drain.append(tp)
+                    continue
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.append(change)
         if store:
@@ -714,6 +736,11 @@ class OrderlyEngine:
         if offsets:
             actions = actions if actions is not _NO_ACTIONS else []
             actions.append(StoreOffsets(tuple(offsets)))
+        if drain:
+            self._dirty.update(drain)
+            self._drained.update(drain)
+            actions = actions if actions is not _NO_ACTIONS else []
+            actions.insert(0, Drain(tuple(drain)))
         return actions
 
     # -- introspection ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapter.core.engine import (
+    Drain,
     Dropped,
     EngineOptions,
     Pause,
@@ -566,7 +567,48 @@ class TestFlowControl:
         work = eng.fetched(TP, msgs(0, 1), end=1)
         assert work is not None
         eng.fetched(TP, [Msg(1, body=b"y" * 20)], end=2)
-        assert of(Pause, eng.tick(0.0))
+        assert eng.tick(0.0)[0] == Drain((TP,))  # only its run's backlog: drained first
+        assert of(Pause, eng.tick(0.05)) == [Pause(TP, "20 bytes in flight > 15")]
+
+    def test_over_a_limit_behind_its_own_run_it_drains_before_it_pauses(self) -> None:
+        """Messages fetched ahead of a running batch (nothing suspended) are drained by the
+        run first; the partition pauses only if still over a limit at the next tick."""
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        eng.fetched(TP, msgs(1, 3), end=4)  # 4 in flight > 3, all behind the run
+        first = eng.tick(0.0)
+        assert first[0] == Drain((TP,)) and of(Pause, first) == []
+        assert of(Pause, eng.tick(0.05)) == [Pause(TP, "4 messages in flight > 3")]
+        nxt = run_of(eng.completed(work, 1, None, 0.1))
+        eng.completed(nxt, 3, None, 0.2)
+        assert of(Resume, eng.tick(0.2)) == [Resume(TP)]
+
+    def test_a_drained_partition_under_its_limit_after_the_wait_keeps_fetching(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
+        work = eng.fetched(TP, msgs(0, 1), end=1)
+        assert work is not None
+        eng.fetched(TP, msgs(1, 3), end=4)
+        assert of(Drain, eng.tick(0.0)) == [Drain((TP,))]
+        nxt = run_of(eng.completed(work, 1, None, 0.01))  # the run took one: 3 in flight
+        assert eng.tick(0.02) == [StoreOffsets(((TP, 1),))]  # no pause, no second drain
+        assert offsets(nxt) == [1, 2, 3]
+        eng.fetched(TP, msgs(4, 1), end=5)  # over again later: drained again, not paused
+        assert eng.tick(0.03) == [Drain((TP,))]
+
+    def test_a_suspended_partition_over_a_limit_pauses_at_once(self) -> None:
+        eng = engine(
+            ordering=Ordering.KEY,
+            batch_size=1,
+            flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6),
+        )
+        work = eng.fetched(TP, keyed((0, "a"), (1, "b")), end=2)
+        assert work is not None
+        run_of(eng.completed(work, 0, suspend(), 0.0))  # a@0 suspended while b@1 runs
+        eng.fetched(TP, keyed((2, "b"), (3, "b")), end=4)
+        actions = eng.tick(0.0)
+        assert of(Drain, actions) == []
+        assert of(Pause, actions) == [Pause(TP, "4 messages in flight > 3")]
 
 
 # --- the invariants -----------------------------------------------------------------------
@@ -920,6 +962,7 @@ class TestWhatTheNextLayerReads:
         rest = run_of(eng.tick(0.0))  # and taken again, with the one that waited
         assert offsets(rest) == [1, 2, 3]
         eng.fetched(TP, msgs(4, 3), end=7)
+        assert eng.tick(0.0)[0] == Drain((TP,))
         assert of(Pause, eng.tick(0.0)) == [Pause(TP, "30 bytes in flight > 25")]
 
     def test_bytes_of_a_retry_suspended_again_count_once(self) -> None:
