@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapter.bench.analytics import _plain_count, _stream_job, _timed, fill_trace_topic
+from adapter.bench.analytics import fill_trace_topic, plain_count, stream_job, timed_run
 
 __all__ = ["STAGES", "StageResult", "main", "measure_stages", "render"]
 
@@ -100,12 +100,12 @@ def _stream_aggregate(spark: Any, config: dict[str, Any], logical: str) -> int:
 
 #: The stages, cheapest first: (name, work); each returns the records it read.
 STAGES: tuple[tuple[str, Work], ...] = (
-    ("count", _plain_count),
+    ("count", plain_count),
     ("stream count", _stream_count),
     ("decode", _decode),
     ("aggregate", _aggregate),
     ("stream aggregate", _stream_aggregate),
-    ("job", _stream_job),
+    ("job", stream_job),
 )
 
 
@@ -135,7 +135,7 @@ def measure_stages(
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in stages}
     for _ in range(repeats):
         for name, work in stages:
-            n, run = _timed(spark, rows, lambda w=work: w(spark, config, logical))
+            n, run = timed_run(spark, rows, lambda w=work: w(spark, config, logical))
             if n != rows:
                 raise AssertionError(f"stage {name!r} read {n} rows, expected {rows}")
             runs[name].append((rows / run.rate, run.cpu_us))
