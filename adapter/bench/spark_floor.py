@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapter.bench.analytics import fill_trace_topic, plain_count, stream_job, timed_run
+from adapter.errors import AdapterError
 
 __all__ = ["STAGES", "StageResult", "main", "measure_stages", "render"]
 
@@ -137,7 +138,7 @@ def measure_stages(
         for name, work in stages:
             n, run = timed_run(spark, rows, lambda w=work: w(spark, config, logical))
             if n != rows:
-                raise AssertionError(f"stage {name!r} read {n} rows, expected {rows}")
+                raise AdapterError(f"stage {name!r} read {n} rows, expected {rows}")
             runs[name].append((rows / run.rate, run.cpu_us))
     base = statistics.median(s for s, _ in runs[stages[0][0]])
     out = []
