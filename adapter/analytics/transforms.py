@@ -161,19 +161,25 @@ def decode_traces(raw: DataFrame, *, keep_malformed: bool = False) -> DataFrame:
     packed_options = {"mode": "PERMISSIVE", "avroSchema": trace_batch_schema().text}
     events: Column | None = None
     single = known_schemas(TRACE)
-    writers = [(t, w, False) for t, w in sorted(single.items())]
-    writers += [
-        (t, w, True) for t, w in sorted(known_schemas(TRACE_BATCH).items()) if t not in single
-    ]
-    for writer_tag, writer, packed in writers:
-        if packed:
-            record = from_avro(F.col("value"), writer.text, packed_options)
-            value = F.concat(record["events"], _run_events(record["runs"]))
-        else:  # a single event: an array of one, so both kinds explode alike
-            value = F.array(from_avro(F.col("value"), writer.text, single_options))
+    for writer_tag, writer in sorted(single.items()):
+        # a single event: an array of one, so both kinds explode alike
+        value = F.array(from_avro(F.col("value"), writer.text, single_options))
         cond = tag == F.lit(writer_tag)
         if writer_tag == current.tag:
             cond = cond | tag.isNull()
+        events = F.when(cond, value) if events is None else events.when(cond, value)
+    # every packed writer schema resolves to the current packed schema: the record is picked
+    # by its writer, and the events and runs it holds are expanded by one expression (built
+    # once: each run expansion is hundreds of JVM calls to build)
+    record: Column | None = None
+    packed = [(t, w) for t, w in sorted(known_schemas(TRACE_BATCH).items()) if t not in single]
+    for writer_tag, writer in packed:
+        decoded = from_avro(F.col("value"), writer.text, packed_options)
+        cond = tag == F.lit(writer_tag)
+        record = F.when(cond, decoded) if record is None else record.when(cond, decoded)
+    if record is not None:
+        value = F.concat(record["events"], _run_events(record["runs"]))
+        cond = tag.isin(*[t for t, _ in packed])
         events = F.when(cond, value) if events is None else events.when(cond, value)
     assert events is not None
     explode = F.explode_outer if keep_malformed else F.explode

@@ -42,9 +42,12 @@ __all__ = [
     "analytics_scenarios",
     "fill_trace_topic",
     "main",
+    "plain_count",
     "pyspark_missing",
     "run_analytics_bench",
     "spark_scenario",
+    "stream_job",
+    "timed_run",
     "trace_overhead_scenario",
     "trace_scenarios",
 ]
@@ -129,7 +132,9 @@ def _jvm_cpu_s(spark: Any) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def _timed(spark: Any, rows: int, work: Any) -> tuple[int, Run]:
+def timed_run(spark: Any, rows: int, work: Any) -> tuple[int, Run]:
+    """``work()`` timed: the rows it returns, and ``rows`` over its seconds with the CPU
+    (driver JVM and this process) per row."""
     cpu0, jvm0 = time.process_time(), _jvm_cpu_s(spark)
     t0 = time.perf_counter()
     n = int(work())
@@ -138,13 +143,15 @@ def _timed(spark: Any, rows: int, work: Any) -> tuple[int, Run]:
     return n, Run(rows / max(elapsed, 1e-9), cpu / max(rows, 1) * 1e6)
 
 
-def _plain_count(spark: Any, config: dict[str, Any], logical: str) -> int:
+def plain_count(spark: Any, config: dict[str, Any], logical: str) -> int:
+    """The baseline: a batch Kafka-source ``count()`` of the topic."""
     from adapter.analytics.jobs import trace_source
 
     return int(trace_source(spark, config, logical, streaming=False).count())
 
 
-def _stream_job(spark: Any, config: dict[str, Any], logical: str) -> int:
+def stream_job(spark: Any, config: dict[str, Any], logical: str) -> int:
+    """The consume-metrics job draining the topic into a throw-away table; rows read."""
     from adapter.analytics.jobs import StreamJobOptions, run_consume_metrics
 
     with tempfile.TemporaryDirectory(prefix="rmq-analytics-bench-") as out:
@@ -169,14 +176,14 @@ def spark_scenario(bench: Bench, rows: int, *, spark: Any = None) -> Scenario:
         # warm-up on a small topic: JIT, codegen and connector class loading stay out of the runs
         warm = f"bench-trace-warm-{uid}"
         fill_trace_topic(config, warm, min(rows, 5_000))
-        _plain_count(spark, config, warm)
-        _stream_job(spark, config, warm)
+        plain_count(spark, config, warm)
+        stream_job(spark, config, warm)
     for _ in range(bench.repeats):
-        n, run = _timed(spark, rows, lambda: _plain_count(spark, config, logical))
+        n, run = timed_run(spark, rows, lambda: plain_count(spark, config, logical))
         if n != rows:
             raise AdapterError(f"the plain count read {n} rows, expected {rows}")
         sc.raw.append(run)
-        n, run = _timed(spark, rows, lambda: _stream_job(spark, config, logical))
+        n, run = timed_run(spark, rows, lambda: stream_job(spark, config, logical))
         if n != rows:
             raise AdapterError(f"the streaming job read {n} rows, expected {rows}")
         sc.ours.append(run)

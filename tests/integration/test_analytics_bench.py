@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,22 @@ def test_no_spark_skips_the_spark_row(
     assert run_bench(args) == 0
     assert "analytics: skipped (--no-spark)" in capsys.readouterr().out
     assert json.loads(out.read_text())["results"] == []
+
+
+@pytest.mark.timeout(600)
+def test_the_spark_rows_stages_each_read_every_row(kafka_bootstrap_servers: str) -> None:
+    """``python -m adapter.bench.spark_floor``'s stages at a tiny size: each reads the whole
+    topic (every stage checks its count; the job's is the bench's), and the table has one
+    line per stage, the count's ratio 1."""
+    from adapter.bench.analytics import fill_trace_topic
+    from adapter.bench.spark_floor import STAGES, measure_stages, render
+
+    spark = shared_spark()
+    config = {"bootstrap.servers": kafka_bootstrap_servers}
+    logical = f"trace-floor-{uuid.uuid4().hex[:8]}"
+    fill_trace_topic(config, logical, 190)  # ten of each status cycle
+    results = measure_stages(spark, config, logical, 190, repeats=1)
+    assert [r.stage for r in results] == [name for name, _ in STAGES]
+    assert results[0].ratio == 1.0
+    assert all(r.seconds > 0 and r.rows_per_s > 0 for r in results)
+    assert len(render(results).splitlines()) == 2 + len(STAGES)
