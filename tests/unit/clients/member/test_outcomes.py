@@ -28,7 +28,6 @@ from adapter.core.routing import (
     RetryNow,
 )
 from adapter.core.trace import (
-    Pending,
     TraceEvent,
     TraceStatus,
     batches_fields,
@@ -68,15 +67,16 @@ class FakeClock:
 
 
 class DeferringSink:
-    """A sink with ``defer``, as KafkaTraceSink: it is handed Pending tuples."""
+    """A sink with ``defer``, as KafkaTraceSink: it is handed tuples (a ``Pending``, a
+    ``PendingRun`` or a ``PendingBatches``) instead of events."""
 
     def __init__(self) -> None:
-        self.pending: list[Pending] = []
+        self.pending: list[Any] = []
 
     def __call__(self, event: TraceEvent) -> None:
         raise AssertionError("a deferring sink is not handed events")
 
-    def defer(self, pending: Pending) -> None:
+    def defer(self, pending: Any) -> None:
         self.pending.append(pending)
 
 
@@ -181,21 +181,44 @@ def test_a_single_message_run_is_handed_to_a_deferring_sink_as_built_on_the_spot
     ConsumerTracer(events.append, name="c", group="g", clock=clock).emit_batches([msg], 1, 0.3)
     ConsumerTracer(deferring, name="c", group="g", clock=clock).emit_batches([msg], 1, 0.3)
     assert len(deferring.pending) == 1
-    deferred = [TraceEvent._make(f) for f in batches_fields(deferring.pending[0])]  # type: ignore[arg-type]
+    deferred = [TraceEvent._make(f) for f in batches_fields(deferring.pending[0])]
     assert deferred == events
     assert [(e.offset, e.consume_timestamp_ms, e.consume_rt_ms) for e in events] == [
         (5, 8_000, 0.3)
     ]
 
 
+def test_whole_batches_reach_a_plain_sink_one_event_per_message_in_its_batch() -> None:
+    clock = FakeClock(9_000)
+    msgs = [_msg(queue_offset=20 + i, properties={}) for i in range(4)]
+    for m in msgs:
+        m.consume_start_time = 8_000
+    events: list[TraceEvent] = []
+    deferring = DeferringSink()
+    ConsumerTracer(events.append, name="c", group="g", clock=clock).emit_batches(msgs, 2, 0.3)
+    ConsumerTracer(deferring, name="c", group="g", clock=clock).emit_successes(
+        msgs[3:], [0], None, 0.3
+    )
+    assert [(e.offset, e.batch_size, e.batch_index) for e in events] == [
+        (20, 2, 0), (21, 2, 1), (22, 2, 0), (23, 2, 1),
+    ]  # fmt: skip
+    [run] = deferring.pending  # a listener batch of one
+    assert [TraceEvent._make(f) for f in run_fields(run)] == [
+        events[3]._replace(batch_size=1, batch_index=0)
+    ]
+
+
 def test_consumer_stats_add_up_batches_per_topic() -> None:
     stats = ConsumerStats()
+    stats.topic("orders").timeouts += 1
+    stats.listener_seconds["orders"].observe(0.004)  # the runners' listener time
     stats.batches("orders", ok=3, failed=1, rt_total_s=0.5, rt_max_s=0.25, n=2)
     stats.batches("orders", ok=2, failed=4, rt_total_s=0.25, rt_max_s=0.125, n=3)
     stats.batches("audit", ok=1, failed=0, rt_total_s=0.0, rt_max_s=0.0, n=1)
     orders = stats.snapshot()["orders"]
     assert (orders.consume_ok, orders.consume_failed, orders.rt_count) == (5, 5, 5)
     assert (orders.rt_total_ms, orders.rt_max_ms) == (750.0, 250.0)
+    assert orders.timeouts == 1 and stats.listener_seconds["orders"].snapshot()[2] == 1
     assert stats.snapshot()["audit"].consume_ok == 1
 
 
