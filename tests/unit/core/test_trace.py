@@ -110,6 +110,24 @@ def test_a_text_column_of_the_wrong_length_is_refused_naming_it() -> None:
     )
 
 
+def test_a_run_grown_batch_by_batch_keeps_every_batchs_text_in_order() -> None:
+    """Batches that continue a run add their msg ids and tags to its columns; a column the
+    records lack (keys here) stays off."""
+    has = (True, True, False)
+    builder = RunBuilder(10)
+    builder.add(_key(has=has), 10, 2, None, None, [5, 6], ("a\x1eb", "t\x1et", None))
+    assert builder.add(_key(has=has), 12, 2, None, None, [7, 8], ("c\x1ed", "u\x1ev", None)) is None
+    run = _fields(builder.close())
+    assert (run["count"], run["keys"]) == (4, None)
+    events = expand_run(run)
+    assert [(e["offset"], e["msg_id"], e["tags"], e["keys"]) for e in events] == [
+        (10, "a", "t", None),
+        (11, "b", "t", None),
+        (12, "c", "u", None),
+        (13, "d", "v", None),
+    ]
+
+
 def test_an_offsets_column_shorter_than_the_run_is_an_error_not_fewer_events() -> None:
     builder = RunBuilder(10)
     builder.add(_key(), 10, 3, [10, 12, 14], None, [5, 6, 7])

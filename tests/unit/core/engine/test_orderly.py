@@ -584,6 +584,19 @@ class TestFlowControl:
         eng.completed(nxt, 3, None, 0.2)
         assert of(Resume, eng.tick(0.2)) == [Resume(TP)]
 
+    def test_every_partition_behind_its_run_drains_and_offsets_are_stored_beside(self) -> None:
+        eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
+        tps = [("orders", p) for p in range(1, 9)]
+        for tp in tps:
+            eng.assigned(tp)
+            assert eng.fetched(tp, msgs(0, 1), end=1) is not None
+            eng.fetched(tp, msgs(1, 3), end=4)
+        actions = eng.tick(0.0)
+        [drain] = of(Drain, actions)
+        assert sorted(drain.tps) == tps
+        assert stored(actions) == dict.fromkeys(tps, 0)
+        assert of(Pause, actions) == []
+
     def test_a_drained_partition_under_its_limit_after_the_wait_keeps_fetching(self) -> None:
         eng = engine(batch_size=1, flow=FlowLimits(max_count=3, max_bytes=10**9, max_span=10**6))
         work = eng.fetched(TP, msgs(0, 1), end=1)
