@@ -16,6 +16,7 @@ from adapter.core.views.progress import (
     GroupProgress,
     PartitionProgress,
     build_progress,
+    compute_lag,
     start_rule,
     subscribed_topics,
 )
@@ -273,3 +274,68 @@ def test_a_partition_row_without_an_owner_or_metadata() -> None:
         "isr": None,
         "status": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("committed", "start", "end", "kw", "lag"),
+    [
+        (17, 0, 20, {}, 3),
+        (20, 0, 20, {}, 0),
+        (None, 0, 20, {}, None),  # no committed offset: depends on auto.offset.reset
+        (5, 0, None, {}, None),  # the topic is gone
+        (3, 10, 20, {}, 10),  # committed below the log start: the rest was deleted
+        (19, 0, 20, {"drained": True}, 0),  # only a transaction marker after the commit
+        (17, 0, 20, {"head": 18}, 2),  # a marker / aborted record in front of the next one
+        (17, 0, 20, {"head": 12}, 3),  # a head behind the commit changes nothing
+        (25, 0, 20, {}, 0),  # never negative
+        # no committed offset: where the group starts there (a retry topic: its beginning)
+        (None, 4, 20, {"first": StartAt.BEGINNING}, 16),
+        (None, 4, 20, {"first": StartAt.BEGINNING, "head": 6}, 14),
+        (None, 4, 5, {"first": StartAt.BEGINNING, "drained": True}, 0),
+        (None, 4, 20, {"first": StartAt.END}, 0),
+        (None, 4, 20, {"first": StartAt.TIMESTAMP}, None),  # not known here
+        (None, 4, None, {"first": StartAt.BEGINNING}, None),
+    ],
+)
+def test_compute_lag(
+    committed: int | None, start: int, end: int | None, kw: dict[str, object], lag: int | None
+) -> None:
+    assert compute_lag(committed, start, end, **kw) == lag  # type: ignore[arg-type]
+
+
+def test_group_progress_shows_logical_names_lag_owners_and_the_dlq() -> None:
+    info = GroupInfo("G", "STABLE", (M1, M2))
+    committed = {("orders", 0): 17, ("orders", 1): 5, ("rmq.retry.G", 0): 2, ("gone", 0): 3}
+    topics = subscribed_topics(info, committed, "rmq.retry.G", "rmq.dlq.G")
+    assert topics == ["gone", "orders", "rmq.retry.G"]
+    progress = build_progress(
+        info,
+        committed,
+        {"gone": None, "orders": [0, 1], "rmq.retry.G": [0]},
+        {("orders", 0): (0, 20), ("orders", 1): (0, 5), ("rmq.retry.G", 0): (0, 3)},
+        {("rmq.retry.G", 0): None},  # only a transaction marker left
+        DlqSize("%DLQ%G", "rmq.dlq.G", True, 2, 1),
+    )
+    rows = {(p.topic, p.partition): p for p in progress.partitions}
+    assert rows[("orders", 0)].lag == 3 and rows[("orders", 0)].owner == M1
+    assert rows[("%RETRY%G", 0)].lag == 0
+    assert rows[("gone", 0)].lag is None and rows[("gone", 0)].end is None
+    assert progress.lag == 3
+    data = progress.to_json()
+    assert data["group"] == "G" and data["state"] == "STABLE" and data["lag"] == 3
+    assert data["members"][0]["assignment"] == [
+        {"topic": "orders", "partition": 0},
+        {"topic": "%RETRY%G", "partition": 0},
+    ]
+    assert data["dlq"] == {
+        "topic": "%DLQ%G",
+        "kafka_topic": "rmq.dlq.G",
+        "exists": True,
+        "size": 2,
+        "partitions": 1,
+    }
+    text = "\n".join(progress.render())
+    assert "member c1@10.0.0.1  orders[0] %RETRY%G[0]  (c1-aaa)" in text
+    assert "%RETRY%G[0]" in text and "rmq.retry" not in text
+    assert "%DLQ%G: 2 message(s) in 1 partition(s)" in text
+    assert "total lag 3" in text

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.unit
 NOW = 1_795_448_570_000  # 2026-11-23T15:42:50Z
 ENDS = {0: (0, 10), 1: (4, 8)}
 M1 = Member("c1-aaa", "c1", "10.0.0.1", None, ())
+M2 = Member("c2-bbb", "c2", "10.0.0.2", "static-2", (("orders", 1),))
 
 
 @pytest.mark.parametrize(
@@ -77,3 +78,49 @@ def test_a_reset_by_the_live_members_in_text_and_json() -> None:
         ],
         "not_applied": [2],
     }
+
+
+def test_reset_offsets_per_target() -> None:
+    ends = {0: (0, 10), 1: (4, 8), 2: (0, 0)}
+    assert reset_offsets(ResetTarget.earliest(), ends) == {0: 0, 1: 4, 2: 0}
+    assert reset_offsets(ResetTarget.latest(), ends) == {0: 10, 1: 8, 2: 0}
+    # a time: the first record at or after it; none that recent -> the end
+    at = {0: 3, 1: None, 2: None}
+    assert reset_offsets(ResetTarget.at(NOW), ends, at) == {0: 3, 1: 8, 2: 0}
+    # clamped into the partition (a stale answer never points outside the log)
+    assert reset_offsets(ResetTarget.at(NOW), {0: (5, 10)}, {0: 2}) == {0: 5}
+
+
+def test_reset_result_views() -> None:
+    result = ResetResult(
+        "G",
+        "orders",
+        "orders",
+        ResetTarget.at(1_795_428_000_000),
+        "members",
+        (ResetRow(0, 17, 3, M1), ResetRow(1, None, 0, M2)),
+        request_id="r1",
+        not_applied=(2,),
+    )
+    lines = result.render()
+    assert lines[0] == (
+        "reset group G on orders to 2026-11-23T10:00:00.000Z "
+        "(applied by the live members, request r1)"
+    )
+    assert lines[1].split() == ["orders[0]", "17", "→", "3", "by", "c1@10.0.0.1"]
+    assert lines[2].split() == ["orders[1]", "-", "→", "0", "by", "c2@10.0.0.2"]
+    assert lines[3].split() == ["orders[2]", "NOT", "reset"]
+    data = result.to_json()
+    assert data["partitions"][0] == {
+        "partition": 0,
+        "old": 17,
+        "new": 3,
+        "by": "c1-aaa",
+        "by_client_id": "c1",
+    }
+    assert data["target"] == {
+        "kind": "time",
+        "time_ms": 1_795_428_000_000,
+        "text": "2026-11-23T10:00:00.000Z",
+    }
+    assert data["not_applied"] == [2]

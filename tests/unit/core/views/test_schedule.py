@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from adapter.core.cluster import GroupInfo, Member, PartitionHealth
@@ -129,3 +131,59 @@ def test_the_report_in_json_field_by_field() -> None:
         "now_ms": NOW,
         "waiting": 1208,
     }
+
+
+def test_schedule_status_waiting_oldest_due_and_lag() -> None:
+    # LEVEL3 and a partition with only a transaction marker left
+    level3 = replace(
+        LEVEL3, partitions=(*LEVEL3.partitions, LevelPartition(2, 7, 0, 8, drained=True))
+    )
+    level1 = LevelStatus(
+        1, "1s", "SCHEDULE_TOPIC_XXXX/L01-1s", "rmq.schedule.L01-1s", (LevelPartition(0, 3, 0, 3),)
+    )
+    assert [p.waiting for p in level3.partitions] == [5, 3, 0]
+    assert level3.waiting == 8 and level3.oldest_due_ms == NOW - 1500
+    assert level3.lag_ms(NOW) == 1500 and level3.lag_ms(NOW - 2000) == 0
+    assert level1.waiting == 0 and level1.oldest_due_ms is None and level1.lag_ms(NOW) is None
+    status = ScheduleStatus(
+        None, GroupInfo("rmq-schedule-service", "EMPTY", ()), (level1, level3), NOW
+    )
+    assert status.waiting == 8
+    text = status.render()
+    assert text[0] == "ScheduleService group rmq-schedule-service  state EMPTY  members: none"
+    assert text[2].split() == ["1", "SCHEDULE_TOPIC_XXXX/L01-1s", "0", "-", "-"]
+    assert text[3].split() == [
+        "3",
+        "SCHEDULE_TOPIC_XXXX/L03-10s",
+        "8",
+        "2026-11-23T15:42:48.500Z",
+        "1.5s",
+    ]
+    data = status.to_json()
+    assert data["levels"][1]["lag_ms"] == 1500
+    assert data["levels"][1]["oldest_due"] == "2026-11-23T15:42:48.500Z"
+    assert data["levels"][1]["partitions"][1]["waiting"] == 3
+    assert data["service_seen"] is True and not any("no ScheduleService" in t for t in text)
+
+
+def test_schedule_status_before_any_service_ran_shows_what_waits_and_says_why() -> None:
+    """No member and no committed offset: the entries wait for a service that never ran; the
+    status shows them all, from each partition's start, and says so (it is not an error)."""
+    level2 = LevelStatus(
+        2,
+        "5s",
+        "SCHEDULE_TOPIC_XXXX/L02-5s",
+        "rmq.schedule.L02-5s",
+        (LevelPartition(0, None, 0, 3, head=0, head_due_ms=NOW - 4000),),
+    )
+    status = ScheduleStatus(None, GroupInfo("svc", "DEAD", ()), (level2,), NOW)
+    assert status.waiting == 3 and not status.service_seen
+    text = status.render()
+    assert text[-1] == (
+        "no ScheduleService has run in group svc: what waits here is forwarded once one starts "
+        "(rmq-kafka schedule-service run)"
+    )
+    assert status.to_json()["service_seen"] is False
+    member = Member("m-1", "svc-1", "/127.0.0.1", None, ())
+    live = ScheduleStatus(None, GroupInfo("svc", "STABLE", (member,)), (level2,), NOW)
+    assert live.service_seen and "no ScheduleService" not in live.render()[-1]
