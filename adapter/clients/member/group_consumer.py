@@ -556,9 +556,7 @@ class GroupConsumer:
         :data:`HURRY_WAIT_S`, then let the engine decide again (a pause if still needed)."""
         log.debug("%s: hurry the copies holding %s", self.name, action.tps)
         self.publisher.flush(HURRY_WAIT_S)
-        actions = self.engine.tick(self.clock.monotonic())
-        if actions:
-            self.apply(actions)
+        self._tick_now()
 
     def _drain_runs(self, action: Drain) -> None:
         """Orderly partitions at a flow limit with only their run's backlog: serve results
@@ -567,6 +565,11 @@ class GroupConsumer:
         runner = self.runner
         assert runner is not None
         runner.wait(DRAIN_WAIT_S)
+        self._tick_now()
+
+    def _tick_now(self) -> None:
+        """Let the engine decide again at once, after a bounded wait that changed what it
+        holds (a flow-control verdict it deferred to its next tick)."""
         actions = self.engine.tick(self.clock.monotonic())
         if actions:
             self.apply(actions)

@@ -71,7 +71,6 @@ from adapter.core.engine.actions import (
     Drain,
     Dropped,
     EngineOptions,
-    Pause,
     RunWork,
     SendBack,
     StoreOffsets,
@@ -717,18 +716,18 @@ class OrderlyEngine:
             if reason is None and self._by_key and part.held_keys > self.orderly.max_suspended_keys:
                 reason = f"{part.held_keys} keys suspended > {self.orderly.max_suspended_keys}"
             below_half = part.paused and flow.below_half(part.count, part.nbytes, span)
+            if (
+                reason is not None
+                and not part.paused
+                and part.running is not None
+                and not part.held
+                and not part.copies
+                and tp not in drained
+            ):  # over a limit only behind its run: drained first, looked at again next tick
+                drain.append(tp)
+                continue
             change = pause_change(tp, part, reason, below_half=below_half)
             if change is not None:
-                if (
-                    part.running is not None
-                    and not part.held
-                    and not part.copies
-                    and tp not in drained
-                    and type(change) is Pause
-                ):
-                    part.paused = False  # not yet: looked at again at the next tick
-                    drain.append(tp)
-                    continue
                 actions = actions if actions is not _NO_ACTIONS else []
                 actions.append(change)
         if store:
