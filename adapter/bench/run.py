@@ -4,9 +4,9 @@ them (a markdown table on stdout, every run in a JSON file)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,62 +36,59 @@ def run_bench(args: argparse.Namespace) -> int:
     ``$KAFKA_BOOTSTRAP_SERVERS``, else a fresh embedded broker of ``args.brokers`` nodes),
     ``args.repeats`` times each; the table on stdout, every run in ``args.json``."""
     bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker = None
-    if not bootstrap:
-        from adapter.embedded import EmbeddedKafka
+    with contextlib.ExitStack() as stack:
+        if not bootstrap:
+            from adapter.embedded.process_instance import process_instance
 
-        brokers = getattr(args, "brokers", 1)
-        # one broker gets 1 GiB; three share the machine's cores and memory.  An instance of
-        # its own per run: two benches on one machine never stop each other's broker
-        broker = EmbeddedKafka(
-            f"bench-{os.getpid()}", heap="1g" if brokers == 1 else "512m", brokers=brokers
+            brokers = getattr(args, "brokers", 1)
+            # one broker gets 1 GiB; three share the machine's cores and memory.  An instance
+            # of this run's own: two benches on one machine never stop each other's broker
+            heap = "1g" if brokers == 1 else "512m"
+            broker = stack.enter_context(process_instance("bench", heap=heap, brokers=brokers))
+            bootstrap = broker.bootstrap_servers
+        return _run(args, bootstrap)
+
+
+def _run(args: argparse.Namespace, bootstrap: str) -> int:
+    """:func:`run_bench` on ``bootstrap``."""
+    bench = Bench(bootstrap, args.messages, args.repeats, warm_up=getattr(args, "warm_up", True))
+    only = set(args.only or ALL)
+    if SPARK_SCENARIO in only and getattr(args, "no_spark", False):
+        only.discard(SPARK_SCENARIO)
+        print(f"== {SPARK_SCENARIO}: skipped (--no-spark)", flush=True)
+    elif SPARK_SCENARIO in only and (why := pyspark_missing()):
+        only.discard(SPARK_SCENARIO)
+        print(
+            f"== {SPARK_SCENARIO}: skipped, {why}\n"
+            "   (./run.sh setup installs the spark extra; "
+            "pass --no-spark to skip the Spark analytics row without this message)",
+            flush=True,
         )
-        bootstrap = broker.start(fresh=True)
-    try:
-        bench = Bench(
-            bootstrap, args.messages, args.repeats, warm_up=getattr(args, "warm_up", True)
+    results: list[Scenario] = []
+    for name, step in SCENARIOS.items():
+        if name in only:
+            print(f"== {name}", flush=True)
+            for sc in step(bench):
+                results.append(sc)
+                print(json.dumps(sc.summary()), flush=True)
+    table = [sc.summary() for sc in results]
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "messages": args.messages,
+                "repeats": args.repeats,
+                "results": table,
+                "runs": [asdict(sc) for sc in results],
+            },
+            indent=2,
         )
-        only = set(args.only or ALL)
-        if SPARK_SCENARIO in only and getattr(args, "no_spark", False):
-            only.discard(SPARK_SCENARIO)
-            print(f"== {SPARK_SCENARIO}: skipped (--no-spark)", flush=True)
-        elif SPARK_SCENARIO in only and (why := pyspark_missing()):
-            only.discard(SPARK_SCENARIO)
-            print(
-                f"== {SPARK_SCENARIO}: skipped, {why}\n"
-                "   (./run.sh setup installs the spark extra; "
-                "pass --no-spark to skip the Spark analytics row without this message)",
-                flush=True,
-            )
-        results: list[Scenario] = []
-        for name, step in SCENARIOS.items():
-            if name in only:
-                print(f"== {name}", flush=True)
-                for sc in step(bench):
-                    results.append(sc)
-                    print(json.dumps(sc.summary()), flush=True)
-        table = [sc.summary() for sc in results]
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {
-                    "messages": args.messages,
-                    "repeats": args.repeats,
-                    "results": table,
-                    "runs": [asdict(sc) for sc in results],
-                },
-                indent=2,
-            )
-        )
-        print()
-        print(render_table(table))
-        print(f"\nJSON: {path}")
-        return 0
-    finally:
-        if broker is not None:
-            broker.stop()
-            shutil.rmtree(broker.instance_dir, ignore_errors=True)  # its data goes with it
+    )
+    print()
+    print(render_table(table))
+    print(f"\nJSON: {path}")
+    return 0
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:

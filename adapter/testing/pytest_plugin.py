@@ -42,18 +42,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import socket
 import uuid
 from collections.abc import Generator, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 import tenacity
 from confluent_kafka.admin import AdminClient
 
-from adapter.embedded.broker import EmbeddedKafka, EmbeddedKafkaError, pid_alive
+from adapter.embedded.broker import EmbeddedKafka, EmbeddedKafkaError
+from adapter.embedded.process_instance import process_instance
 from adapter.io.topics import TopicPlan, ensure_with
 from adapter.testing import container_images, containers, docker_engine, kafka_container
 
@@ -231,32 +230,10 @@ def kafka_mode() -> str:
     return detect_kafka_mode()
 
 
-def _reap_orphans(instances: Path) -> None:
-    """Stop brokers left behind by pytest sessions that died without teardown (kill -9)."""
-    for inst in instances.glob("pytest-*"):
-        owner = inst.name.removeprefix("pytest-").removesuffix("-cluster").removesuffix("-tls")
-        if not owner.isdigit() or pid_alive(int(owner)):
-            continue
-        with contextlib.suppress(Exception):
-            EmbeddedKafka.existing(inst.name, instances_dir=instances).stop(timeout=10)
-            shutil.rmtree(inst, ignore_errors=True)
-
-
-def _session_instance(instance: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
-    """Start ``instance`` fresh (after stopping what dead sessions left), yield it, stop it
-    and drop its data (session-local)."""
-    _reap_orphans(instance.instance_dir.parent)
-    instance.start(fresh=True)
-    try:
-        yield instance
-    finally:
-        instance.stop()
-        shutil.rmtree(instance.instance_dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
 def _rmq_kafka_embedded() -> Iterator[EmbeddedKafka]:
-    yield from _session_instance(EmbeddedKafka(f"pytest-{os.getpid()}"))
+    with process_instance("pytest") as instance:
+        yield instance
 
 
 @pytest.fixture(scope="session")
@@ -325,9 +302,8 @@ def kafka_cluster() -> Iterator[EmbeddedKafka]:
     """A three-node embedded KRaft cluster of this session (started on first use): replication
     factor 3 and ``min.insync.replicas=2`` by default; ``kafka_cluster.node(i)`` stops, kills,
     freezes or restarts one node. After each test that used it, every node is running again."""
-    yield from _session_instance(
-        EmbeddedKafka(f"pytest-{os.getpid()}-cluster", brokers=CLUSTER_BROKERS)
-    )
+    with process_instance("pytest", "cluster", brokers=CLUSTER_BROKERS) as instance:
+        yield instance
 
 
 @pytest.fixture(scope="session")
@@ -337,7 +313,8 @@ def kafka_tls() -> Iterator[EmbeddedKafka]:
     certificates from a throw-away CA. ``kafka_tls.client_config("SSL")`` is a client's
     settings (``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``, ...);
     ``kafka_tls.ca_location`` the CA file."""
-    yield from _session_instance(EmbeddedKafka(f"pytest-{os.getpid()}-tls", tls=True))
+    with process_instance("pytest", "tls", tls=True) as instance:
+        yield instance
 
 
 @pytest.fixture(scope="session")
